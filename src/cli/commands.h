@@ -1,0 +1,9 @@
+#pragma once
+// One function per subcommand; each adds its CLI11 subcommand and the callback that runs it.
+#include <CLI/CLI.hpp>
+
+namespace dspark::cli {
+
+void add_doctor_command(CLI::App& app);
+
+}  // namespace dspark::cli

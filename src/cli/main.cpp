@@ -1,0 +1,23 @@
+// dspark: the command-line entry point. Each subcommand lives in its own file (cli/<name>.cpp)
+// and registers itself with CLI11 through the functions declared in cli/commands.h.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "base/error.h"
+#include "cli/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"dspark: fast, lossless speculative decoding for MLX checkpoints"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "dspark 0.1.0");
+  dspark::cli::add_doctor_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const dspark::Error& e) {
+    std::fprintf(stderr, "dspark: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

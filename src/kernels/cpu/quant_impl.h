@@ -1,0 +1,75 @@
+#pragma once
+// Internal to the kernels module: the per-ISA kernel tables behind quant.h and the summation order
+// that every one of them follows.
+//
+// Canonical order. Every ISA computes exactly the following, so results are bit-identical across
+// ISAs, activation-row counts m, row tilings and thread counts. Products use 16 lanes.
+//   Quantized row (group size G, scale s_g, bias b_g, activation x):
+//     xsum_g = x[gG] + x[gG+1] + ... + x[gG+G-1]        (left to right, from 0)
+//     the group's elements are visited in slot order j = 0..G-1: slot j holds the element
+//     slot_element(bits, j) of the group and belongs to lane j % 16;
+//     p_g[l]  = fma(x[e], q[e], p_g[l])    over the slots of lane l in slot order, from 0
+//     acc[l]  = fma(s_g, p_g[l], acc[l])   over groups in order, from 0
+//     t       = fma(b_g, xsum_g, t)        over groups in order, from 0
+//     y       = tree16(acc) + t
+//   Dense row: acc[l] = fma(x[k], w[k], acc[l]) over k ≡ l (mod 16) in order, from 0;
+//     y = tree16(acc).
+//   tree16(a): r8[l] = a[l] + a[l+8]; r4[l] = r8[l] + r8[l+4]; r2[l] = r4[l] + r4[l+2];
+//     result r2[0] + r2[1].
+// The slot order equals the element order except for 4 bits, where each run of 32 elements (16
+// bytes) is visited as its 16 low nibbles, then its 16 high nibbles: that is how SIMD code unpacks
+// bytes without shuffles. Activations are permuted once into slot order ("xslots") so that the
+// kernels read them contiguously.
+//
+// The ISA translation units are compiled with AVX flags; anything they share with portable code
+// must not be an inline function or template instantiated there (the linker could keep the AVX
+// copy), so this header holds only declarations and `static` helpers.
+#include <cstdint>
+
+#include "kernels/quant.h"
+
+namespace dspark::kernels::cpu {
+
+// The element of a group that occupies slot j (0 <= j < group size).
+static inline int64_t slot_element(int bits, int64_t j) {
+  if (bits != 4) return j;
+  return (j / 32) * 32 + 2 * (j % 16) + (j % 32) / 16;
+}
+
+// m activation rows multiplied by rows [begin, end) of one expert of a quantized matrix.
+struct QuantTask {
+  const QuantMatrix* w = nullptr;
+  int64_t expert = 0;
+  int64_t m = 0;
+  const float* const* x = nullptr;       // m rows of cols values, element order
+  const float* const* xslots = nullptr;  // the same rows in slot order
+  const float* const* xsums = nullptr;   // m rows of groups_per_row group sums
+  float* const* y = nullptr;             // y[i][row] receives output `row` of activation row i
+};
+
+struct DenseTask {
+  const DenseMatrix* w = nullptr;
+  int64_t expert = 0;
+  int64_t m = 0;
+  const float* const* x = nullptr;
+  float* const* y = nullptr;
+};
+
+struct KernelTable {
+  void (*quant_rows)(const QuantTask& task, int64_t row_begin, int64_t row_end);
+  void (*dense_rows)(const DenseTask& task, int64_t row_begin, int64_t row_end);
+  void (*bf16_to_f32)(const uint8_t* src, int64_t n, float* dst);
+  void (*f16_to_f32)(const uint8_t* src, int64_t n, float* dst);
+  void (*f32_to_bf16)(const float* src, int64_t n, uint8_t* dst);
+  // Reads `bytes` bytes (a multiple of 256) as fast as the ISA allows; the result only defeats
+  // dead-code elimination. Used by the read-bandwidth probe.
+  uint64_t (*read_sweep)(const uint8_t* data, int64_t bytes);
+};
+
+extern const KernelTable kRefKernels;
+extern const KernelTable kAvx2Kernels;
+extern const KernelTable kAvx512Kernels;
+
+const KernelTable& kernel_table(Isa isa);
+
+}  // namespace dspark::kernels::cpu

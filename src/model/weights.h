@@ -1,0 +1,41 @@
+#pragma once
+// Checkpoint tensors bound to kernel operands. A Linear module at `path` is quantized exactly when
+// "<path>.scales" exists; then "<path>.weight" (U32), "<path>.scales" and "<path>.biases" must all
+// be present with shapes that agree with the expected [experts,] out x in and the bits / group size
+// of the quantization record. Errors name the tensor and the checkpoint.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "formats/checkpoint.h"
+#include "kernels/quant.h"
+
+namespace dspark {
+
+struct LinearWeights {
+  bool quantized = false;
+  kernels::QuantMatrix quant;
+  kernels::DenseMatrix dense;
+  std::vector<float> bias;  // empty when the module has no bias
+
+  int64_t rows() const { return quantized ? quant.rows : dense.rows; }
+  int64_t cols() const { return quantized ? quant.cols : dense.cols; }
+  // y[m, rows] = x[m, cols] · Wᵀ (+ bias).
+  void apply(const float* x, int64_t m, float* y, int64_t expert = 0) const;
+  // Row r of x uses expert expert_ids[r].
+  void apply_gathered(const float* x, int64_t m, const int32_t* expert_ids, float* y) const;
+  // One row of the matrix (an embedding lookup), dequantized to fp32.
+  void row(int64_t index, float* out) const;
+};
+
+// Binds the module at `path`; `experts` = 0 for a plain [out, in] matrix, else the leading
+// stacked dimension. `with_bias` reads "<path>.bias" when it exists.
+LinearWeights load_linear(const Checkpoint& checkpoint, const std::string& path, int64_t out,
+                          int64_t in, int64_t experts = 0, bool with_bias = true);
+
+// A small unquantized vector or matrix (norm weights, biases, A_log, ...) as fp32.
+std::vector<float> load_floats(const Checkpoint& checkpoint, const std::string& name,
+                               const std::vector<int64_t>& shape);
+
+}  // namespace dspark

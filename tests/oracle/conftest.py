@@ -1,0 +1,27 @@
+"""Shared fixtures for the oracle tests: where the build, the sources and the fixtures are."""
+import os
+import pathlib
+
+import pytest
+
+SOURCE_DIR = pathlib.Path(os.environ.get("DSPARK_SOURCE_DIR", pathlib.Path(__file__).resolve().parents[2]))
+BUILD_DIR = pathlib.Path(os.environ.get("DSPARK_BUILD_DIR", SOURCE_DIR / "build"))
+SHARED_DIR = pathlib.Path(os.environ.get("DSPARK_SHARED_DIR", SOURCE_DIR.parent / "shared"))
+
+
+def tool(name: str) -> str:
+    """Path of the test tool program dspark_tool_<name>."""
+    path = BUILD_DIR / "tests" / f"dspark_tool_{name}"
+    if not path.exists():
+        pytest.fail(f"{path} is not built")
+    return str(path)
+
+
+@pytest.fixture
+def build_dir():
+    return BUILD_DIR
+
+
+@pytest.fixture
+def shared_dir():
+    return SHARED_DIR
