@@ -1,0 +1,142 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "base/error.h"
+
+namespace dspark {
+
+float TokenDistribution::prob_of(int32_t id) const {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] == id) return probs[i];
+  }
+  return 0.0f;
+}
+
+void TokenCounts::remove(int32_t id) {
+  auto found = counts_.find(id);
+  if (found == counts_.end()) return;
+  if (--found->second == 0) counts_.erase(found);
+}
+
+void apply_penalties(const SamplingParams& params, const TokenCounts& counts, float* logits,
+                     int64_t vocab) {
+  const bool repetition = params.repetition_penalty != 1.0f;
+  if (!repetition && params.presence_penalty == 0.0f && params.frequency_penalty == 0.0f) return;
+  for (const auto& [id, count] : counts.counts()) {
+    if (id < 0 || id >= vocab) continue;
+    float& logit = logits[id];
+    if (repetition) {
+      logit = logit > 0 ? logit / params.repetition_penalty : logit * params.repetition_penalty;
+    }
+    logit -= params.presence_penalty + params.frequency_penalty * static_cast<float>(count);
+  }
+}
+
+int32_t argmax(const float* logits, int64_t vocab) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < vocab; ++i) {
+    if (logits[i] > logits[best]) best = i;
+  }
+  return static_cast<int32_t>(best);
+}
+
+TokenDistribution target_distribution(const SamplingParams& params, const float* logits,
+                                      int64_t vocab) {
+  if (params.greedy()) fail("target_distribution needs a temperature above 0");
+  std::vector<int32_t> order(vocab);
+  std::iota(order.begin(), order.end(), 0);
+  auto by_logit = [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
+  int64_t keep = vocab;
+  if (params.top_k > 0 && params.top_k < vocab) {
+    keep = params.top_k;
+    std::partial_sort(order.begin(), order.begin() + keep, order.end(), by_logit);
+  } else {
+    std::sort(order.begin(), order.end(), by_logit);
+  }
+  // Softmax over the kept candidates at the given temperature, in double for stable sums.
+  const double inverse_temperature = 1.0 / params.temperature;
+  const double max_scaled = logits[order[0]] * inverse_temperature;
+  std::vector<double> weights(keep);
+  double total = 0.0;
+  for (int64_t i = 0; i < keep; ++i) {
+    weights[i] = std::exp(logits[order[i]] * inverse_temperature - max_scaled);
+    total += weights[i];
+  }
+  if (params.top_p < 1.0f) {
+    double cumulative = 0.0;
+    int64_t cut = keep;
+    for (int64_t i = 0; i < keep; ++i) {
+      cumulative += weights[i] / total;
+      if (cumulative >= params.top_p) {
+        cut = i + 1;
+        break;
+      }
+    }
+    keep = std::max<int64_t>(1, cut);
+  }
+  if (params.min_p > 0.0f) {
+    const double threshold = params.min_p * weights[0];
+    int64_t cut = 1;
+    while (cut < keep && weights[cut] >= threshold) ++cut;
+    keep = cut;
+  }
+  double kept_total = 0.0;
+  for (int64_t i = 0; i < keep; ++i) kept_total += weights[i];
+  TokenDistribution distribution;
+  distribution.ids.assign(order.begin(), order.begin() + keep);
+  distribution.probs.resize(keep);
+  for (int64_t i = 0; i < keep; ++i) {
+    distribution.probs[i] = static_cast<float>(weights[i] / kept_total);
+  }
+  return distribution;
+}
+
+float logprob_of(const float* logits, int64_t vocab, int32_t id) {
+  const float max_logit = *std::max_element(logits, logits + vocab);
+  double total = 0.0;
+  for (int64_t i = 0; i < vocab; ++i) total += std::exp(static_cast<double>(logits[i] - max_logit));
+  return static_cast<float>(logits[id] - max_logit - std::log(total));
+}
+
+std::vector<TokenLogprob> top_logprobs(const float* logits, int64_t vocab, int count) {
+  count = static_cast<int>(std::min<int64_t>(count, vocab));
+  if (count <= 0) return {};
+  const float max_logit = *std::max_element(logits, logits + vocab);
+  double total = 0.0;
+  for (int64_t i = 0; i < vocab; ++i) total += std::exp(static_cast<double>(logits[i] - max_logit));
+  const float log_total = static_cast<float>(std::log(total));
+  std::vector<int32_t> order(vocab);
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + count, order.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  std::vector<TokenLogprob> result(count);
+  for (int i = 0; i < count; ++i) {
+    result[i] = {order[i], logits[order[i]] - max_logit - log_total};
+  }
+  return result;
+}
+
+int32_t sample_from(const TokenDistribution& distribution, double uniform) {
+  double cumulative = 0.0;
+  for (size_t i = 0; i < distribution.ids.size(); ++i) {
+    cumulative += distribution.probs[i];
+    if (uniform < cumulative) return distribution.ids[i];
+  }
+  return distribution.ids.back();
+}
+
+int32_t sample_token(const SamplingParams& params, const TokenCounts& counts, float* logits,
+                     int64_t vocab, Rng& rng) {
+  apply_penalties(params, counts, logits, vocab);
+  if (params.greedy()) return argmax(logits, vocab);
+  return sample_from(target_distribution(params, logits, vocab), rng.uniform());
+}
+
+}  // namespace dspark

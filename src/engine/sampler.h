@@ -1,0 +1,86 @@
+#pragma once
+// Turning logits into the next token: penalties, temperature, top-k, top-p, min-p, and seeded
+// sampling. The order is vLLM's: penalties -> temperature -> top-k -> top-p -> min-p. The
+// speculative verifier uses the same `target_distribution` for its acceptance test, so the
+// distribution sampled here is exactly the one speculative decoding must reproduce.
+#include <cstdint>
+#include <random>
+#include <unordered_map>
+#include <vector>
+
+namespace dspark {
+
+struct SamplingParams {
+  float temperature = 0.0f;  // 0 = greedy (argmax, lowest id on ties)
+  float top_p = 1.0f;
+  int top_k = 0;  // 0 = off
+  float min_p = 0.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  float repetition_penalty = 1.0f;
+  uint64_t seed = 0;
+  int top_logprobs = 0;  // how many alternatives to report with each token (0 = none)
+
+  bool greedy() const { return temperature <= 0.0f; }
+};
+
+// A truncated, renormalised distribution: token ids with their probabilities, sorted by
+// probability (descending, ties by id).
+struct TokenDistribution {
+  std::vector<int32_t> ids;
+  std::vector<float> probs;
+
+  float prob_of(int32_t id) const;
+};
+
+// Counts of the tokens generated so far, for presence / frequency / repetition penalties.
+class TokenCounts {
+ public:
+  void add(int32_t id) { ++counts_[id]; }
+  void remove(int32_t id);
+  const std::unordered_map<int32_t, int>& counts() const { return counts_; }
+
+ private:
+  std::unordered_map<int32_t, int> counts_;
+};
+
+// Applies presence, frequency and repetition penalties in place (repetition as in HF / llama.cpp:
+// positive logits divided, negative multiplied).
+void apply_penalties(const SamplingParams& params, const TokenCounts& counts, float* logits,
+                     int64_t vocab);
+
+// Index of the largest logit; the lowest index wins ties.
+int32_t argmax(const float* logits, int64_t vocab);
+
+// The distribution sampling draws from, after temperature and truncation (penalties already
+// applied). Requires temperature > 0.
+TokenDistribution target_distribution(const SamplingParams& params, const float* logits,
+                                      int64_t vocab);
+
+// log-softmax of the logits at `id`, and the `count` most likely tokens with their log-probs.
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0.0f;
+};
+float logprob_of(const float* logits, int64_t vocab, int32_t id);
+std::vector<TokenLogprob> top_logprobs(const float* logits, int64_t vocab, int count);
+
+// A seeded source of uniform draws; one per generation.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : engine_(seed) {}
+  // Uniform in [0, 1).
+  double uniform() { return std::uniform_real_distribution<double>(0.0, 1.0)(engine_); }
+
+ private:
+  std::mt19937_64 engine_;
+};
+
+// Draws one id from the distribution with the given uniform draw in [0, 1).
+int32_t sample_from(const TokenDistribution& distribution, double uniform);
+
+// The whole step: penalties (in place), then greedy or a seeded draw.
+int32_t sample_token(const SamplingParams& params, const TokenCounts& counts, float* logits,
+                     int64_t vocab, Rng& rng);
+
+}  // namespace dspark
