@@ -5,5 +5,8 @@
 namespace dspark::cli {
 
 void add_doctor_command(CLI::App& app);
+void add_convert_command(CLI::App& app);
+void add_models_command(CLI::App& app);
+void add_generate_command(CLI::App& app);
 
 }  // namespace dspark::cli

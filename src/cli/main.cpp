@@ -10,6 +10,9 @@ int main(int argc, char** argv) {
   CLI::App app{"dspark: fast, lossless speculative decoding for MLX checkpoints"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "dspark 0.1.0");
+  dspark::cli::add_generate_command(app);
+  dspark::cli::add_convert_command(app);
+  dspark::cli::add_models_command(app);
   dspark::cli::add_doctor_command(app);
   try {
     app.parse(argc, argv);

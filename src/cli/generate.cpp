@@ -1,0 +1,157 @@
+// `dspark generate`: one answer, streamed to stdout, with a footer of speed and memory figures
+// (in the spirit of mlx_lm.generate and mlx-dspark generate).
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <iostream>
+#include <iterator>
+
+#include "base/error.h"
+#include "base/system_info.h"
+#include "base/thread_pool.h"
+#include "cli/commands.h"
+#include "engine/generator.h"
+#include "engine/model_bundle.h"
+#include "engine/stop_strings.h"
+#include "formats/model_store.h"
+#include "text/chat_template.h"
+#include "text/detokenizer_stream.h"
+
+namespace dspark::cli {
+namespace {
+
+struct GenerateOptions {
+  std::string model;
+  std::string models_dir;
+  std::string prompt;
+  std::string system;
+  int64_t max_tokens = 256;
+  float temperature = 0.0f;
+  float top_p = 1.0f;
+  int top_k = 0;
+  float min_p = 0.0f;
+  float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  uint64_t seed = 0;
+  std::string chat_template_config;
+  bool no_chat_template = false;
+  std::vector<std::string> stop;
+  int threads = 0;
+};
+
+std::vector<int32_t> build_prompt(const ModelBundle& bundle, const GenerateOptions& options) {
+  if (options.no_chat_template || bundle.chat_template.empty()) {
+    std::string text = options.system.empty() ? options.prompt : options.system + "\n\n" + options.prompt;
+    return bundle.tokenizer->encode(text, /*add_special_tokens=*/true);
+  }
+  ChatTemplateInputs inputs;
+  if (!options.system.empty()) {
+    inputs.messages.push_back({{"role", "system"}, {"content", options.system}});
+  }
+  inputs.messages.push_back({{"role", "user"}, {"content", options.prompt}});
+  inputs.add_generation_prompt = true;
+  if (!options.chat_template_config.empty()) {
+    try {
+      inputs.kwargs = nlohmann::ordered_json::parse(options.chat_template_config);
+    } catch (const nlohmann::json::exception& e) {
+      fail("--chat-template-config is not valid JSON: {}", e.what());
+    }
+    if (!inputs.kwargs.is_object()) fail("--chat-template-config must be a JSON object");
+  }
+  if (!bundle.bos_token.empty()) inputs.bos_token = bundle.bos_token;
+  if (!bundle.eos_token.empty()) inputs.eos_token = bundle.eos_token;
+  const std::string text = ChatTemplate(bundle.chat_template, bundle.name + " chat template").render(inputs);
+  return bundle.tokenizer->encode(text, /*add_special_tokens=*/false);
+}
+
+void run_generate(const GenerateOptions& options) {
+  if (options.threads > 0) set_default_threads(options.threads);
+  GenerateOptions resolved = options;
+  if (resolved.prompt.empty() || resolved.prompt == "-") {
+    if (isatty(STDIN_FILENO)) fail("no --prompt given and nothing on standard input");
+    resolved.prompt.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  }
+  const double load_start = now_seconds();
+  auto bundle = load_model_bundle(resolve_model(options.model, models_dir(options.models_dir)));
+  const double load_seconds = now_seconds() - load_start;
+  const std::vector<int32_t> prompt = build_prompt(*bundle, resolved);
+  if (static_cast<int64_t>(prompt.size()) >= bundle->model->max_context()) {
+    fail("prompt is too long: {} tokens >= the model's {}-token context", prompt.size(),
+         bundle->model->max_context());
+  }
+  GenerationConfig config;
+  config.max_tokens = options.max_tokens;
+  config.eos_ids = bundle->eos_ids;
+  config.sampling.temperature = options.temperature;
+  config.sampling.top_p = options.top_p;
+  config.sampling.top_k = options.top_k;
+  config.sampling.min_p = options.min_p;
+  config.sampling.repetition_penalty = options.repetition_penalty;
+  config.sampling.presence_penalty = options.presence_penalty;
+  config.sampling.frequency_penalty = options.frequency_penalty;
+  config.sampling.seed = options.seed;
+
+  StreamingDetokenizer detokenizer(*bundle->tokenizer, /*skip_special_tokens=*/true);
+  StopStringMatcher stops(options.stop);
+  Generator generator(*bundle->model);
+  ModelState state = bundle->model->new_state();
+  auto result = generator.generate(prompt, state, config, [&](const CommittedToken& token) {
+    if (std::find(config.eos_ids.begin(), config.eos_ids.end(), token.id) != config.eos_ids.end()) {
+      return true;
+    }
+    auto piece = stops.push(detokenizer.push(token.id));
+    std::fwrite(piece.emit.data(), 1, piece.emit.size(), stdout);
+    std::fflush(stdout);
+    return !piece.stopped;
+  });
+  if (result.finish_reason != FinishReason::stop) {
+    std::string rest = stops.push(detokenizer.flush()).emit + stops.flush();
+    std::fwrite(rest.data(), 1, rest.size(), stdout);
+  }
+  std::fputs("\n", stdout);
+  std::fflush(stdout);
+  const GenerationStats& stats = result.stats;
+  fmt::print(stderr, "==========\n");
+  fmt::print(stderr, "Model: {} ({}), loaded in {:.2f} s, {} threads\n", bundle->name,
+             bundle->model->architecture(), load_seconds, default_pool().num_threads());
+  fmt::print(stderr, "Prompt: {} tokens, {:.1f} tokens-per-sec\n", stats.prompt_tokens,
+             stats.prefill_tokens_per_second());
+  fmt::print(stderr, "Generation: {} tokens, {:.1f} tokens-per-sec (finish: {})\n",
+             stats.generated_tokens, stats.decode_tokens_per_second(),
+             finish_reason_name(result.finish_reason));
+  fmt::print(stderr, "Peak memory: {:.3f} GB\n", stats.peak_rss_bytes / 1e9);
+}
+
+}  // namespace
+
+void add_generate_command(CLI::App& app) {
+  auto* command = app.add_subcommand("generate", "Generate one answer, streamed, with speed figures");
+  auto options = std::make_shared<GenerateOptions>();
+  command->add_option("--model,-m", options->model,
+                      "Model directory or name in the models directory (default: the default model)");
+  command->add_option("--models-dir", options->models_dir, "Models directory");
+  command->add_option("--prompt,-p", options->prompt, "Prompt text ('-' or omitted: standard input)");
+  command->add_option("--system", options->system, "System message");
+  command->add_option("--max-tokens", options->max_tokens, "Maximum tokens to generate")
+      ->check(CLI::PositiveNumber);
+  command->add_option("--temp", options->temperature, "Sampling temperature (0 = greedy)")
+      ->check(CLI::Range(0.0, 100.0));
+  command->add_option("--top-p", options->top_p, "Nucleus sampling mass")->check(CLI::Range(0.0, 1.0));
+  command->add_option("--top-k", options->top_k, "Keep the k most likely tokens (0 = off)")
+      ->check(CLI::NonNegativeNumber);
+  command->add_option("--min-p", options->min_p, "Drop tokens below min_p x the top probability")
+      ->check(CLI::Range(0.0, 1.0));
+  command->add_option("--repetition-penalty", options->repetition_penalty, "Repetition penalty");
+  command->add_option("--presence-penalty", options->presence_penalty, "Presence penalty");
+  command->add_option("--frequency-penalty", options->frequency_penalty, "Frequency penalty");
+  command->add_option("--seed", options->seed, "Random seed");
+  command->add_option("--chat-template-config", options->chat_template_config,
+                      "JSON of chat template variables, e.g. '{\"enable_thinking\": false}'");
+  command->add_flag("--no-chat-template", options->no_chat_template, "Use the prompt as raw text");
+  command->add_option("--stop", options->stop, "Stop string (repeatable)");
+  command->add_option("--threads", options->threads, "Worker threads (default: all CPUs)");
+  command->callback([options] { run_generate(*options); });
+}
+
+}  // namespace dspark::cli

@@ -1,0 +1,67 @@
+#pragma once
+// One generation at the token level: prefill the prompt on a model state, then decode one token at
+// a time with the sampler until an end token, the token budget, or the caller says stop. Text
+// concerns (detokenizing, stop strings) stay with the caller, which sees each token as it is
+// committed and may end the generation there.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/sampler.h"
+#include "model/model.h"
+
+namespace dspark {
+
+struct GenerationConfig {
+  SamplingParams sampling;
+  int64_t max_tokens = 256;
+  std::vector<int32_t> eos_ids;
+};
+
+enum class FinishReason { eos, length, stop, cancelled };
+const char* finish_reason_name(FinishReason reason);
+
+struct GenerationStats {
+  int64_t prompt_tokens = 0;
+  int64_t cached_prompt_tokens = 0;
+  int64_t generated_tokens = 0;
+  double prefill_seconds = 0.0;
+  double decode_seconds = 0.0;
+  int64_t peak_rss_bytes = 0;
+
+  double prefill_tokens_per_second() const;
+  // Generated tokens after the first (which prefill produced) over decode time.
+  double decode_tokens_per_second() const;
+};
+
+// What the caller is told about each committed token.
+struct CommittedToken {
+  int32_t id = 0;
+  float logprob = 0.0f;                  // under the unmodified model distribution
+  std::vector<TokenLogprob> alternatives;  // when sampling.top_logprobs > 0
+};
+
+struct GenerationResult {
+  std::vector<int32_t> tokens;
+  FinishReason finish_reason = FinishReason::length;
+  GenerationStats stats;
+};
+
+// Return false to end the generation after this token (e.g. a stop string completed).
+using TokenCallback = std::function<bool(const CommittedToken&)>;
+
+class Generator {
+ public:
+  explicit Generator(const Model& model) : model_(model) {}
+
+  // Generates on `state`, which must hold exactly the first state.length() prompt tokens already
+  // (0 for a fresh state; more when a prefix cache restored them): only the rest is prefilled.
+  GenerationResult generate(const std::vector<int32_t>& prompt, ModelState& state,
+                            const GenerationConfig& config, const TokenCallback& on_token) const;
+
+ private:
+  const Model& model_;
+};
+
+}  // namespace dspark

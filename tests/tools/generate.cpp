@@ -1,0 +1,46 @@
+// dspark_tool_generate <model dir> <requests.json> <out.json>
+// requests.json: {"max_tokens": N, "prompts": [[ids...], ...]}. Greedy-decodes each prompt with
+// dspark's plain decoding and writes {"outputs": [{"tokens": [...], "margins": [...]}]}, where
+// margins[i] is the gap between the best and second-best logit at step i (to tell near-ties from
+// real disagreements when comparing against other engines).
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "base/error.h"
+#include "engine/generator.h"
+#include "formats/checkpoint.h"
+
+int main(int argc, char** argv) {
+  if (argc != 4) {
+    std::fprintf(stderr, "usage: dspark_tool_generate <model dir> <requests.json> <out.json>\n");
+    return 2;
+  }
+  try {
+    auto model = dspark::load_model(argv[1]);
+    const nlohmann::json requests = dspark::read_json_file(argv[2]);
+    dspark::GenerationConfig config;
+    config.max_tokens = requests.at("max_tokens").get<int64_t>();
+    config.sampling.top_logprobs = 2;
+    nlohmann::json outputs = nlohmann::json::array();
+    dspark::Generator generator(*model);
+    for (const auto& prompt : requests.at("prompts")) {
+      const auto ids = prompt.get<std::vector<int32_t>>();
+      dspark::ModelState state = model->new_state();
+      nlohmann::json margins = nlohmann::json::array();
+      auto result = generator.generate(ids, state, config, [&](const dspark::CommittedToken& t) {
+        margins.push_back(t.alternatives.size() == 2
+                              ? t.alternatives[0].logprob - t.alternatives[1].logprob
+                              : 0.0f);
+        return true;
+      });
+      outputs.push_back({{"tokens", result.tokens}, {"margins", margins}});
+    }
+    std::ofstream(argv[3]) << nlohmann::json{{"outputs", outputs}}.dump();
+    return 0;
+  } catch (const dspark::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}
