@@ -119,7 +119,10 @@ def add_quantized(shard, rng, path, out, cols, experts=None):
 
 
 def add_dense(shard, name, dtype, shape, make):
-    shard.add(name, dtype, shape, lambda: bf16(make()) if dtype == "BF16" else make().astype(np.float32))
+    if dtype == "BF16":
+        shard.add(name, dtype, shape, lambda: bf16(make()))
+    else:
+        shard.add(name, dtype, shape, lambda: make().astype(np.float32))
 
 
 def layer_shard(rng, index, kind):

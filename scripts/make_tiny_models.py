@@ -18,6 +18,7 @@ import copy
 import importlib
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -172,7 +173,11 @@ BASE_MODELS = {
         "head_dim": 64,
         "rms_norm_eps": 1e-6,
         "rope_theta": 10000.0,
-        "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32},
+        "rope_scaling": {
+            "rope_type": "yarn",
+            "factor": 4.0,
+            "original_max_position_embeddings": 32,
+        },
         "max_position_embeddings": 4096,
         "tie_word_embeddings": False,
     },
@@ -276,9 +281,16 @@ def build(name, out_dir):
         weights = to_hf_layout(weights)
         config["torch_dtype"] = "bfloat16"
     target.mkdir(parents=True, exist_ok=True)
-    mx.save_safetensors(str(target / "model.safetensors"), weights, metadata={"format": "mlx"})
-    (target / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    stamp.write_text(json.dumps(r))
+    # Each file appears whole (written aside, then renamed), the recipe stamp last, so that a
+    # concurrent reader or builder never sees a half-written model.
+    partial = f".partial-{os.getpid()}"
+    written = target / f"model{partial}.safetensors"
+    mx.save_safetensors(str(written), weights, metadata={"format": "mlx"})
+    os.replace(written, target / "model.safetensors")
+    files = ((target / "config.json", json.dumps(config, indent=2) + "\n"), (stamp, json.dumps(r)))
+    for path, text in files:
+        Path(f"{path}{partial}").write_text(text)
+        os.replace(f"{path}{partial}", path)
     return target
 
 

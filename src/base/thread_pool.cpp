@@ -5,6 +5,20 @@
 #include <memory>
 
 namespace dspark {
+namespace {
+
+inline void cpu_relax() {
+#if defined(__x86_64__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// About 20-50 µs of pause instructions: long enough to catch the next loop of a decode step,
+// short enough not to steal much from other processes when the machine is busy.
+constexpr int kSpinBeforeSleep = 1500;
+constexpr int kSpinBeforeYield = 200;
+
+}  // namespace
 
 ThreadPool::ThreadPool(int num_threads) {
   num_threads = std::max(1, num_threads);
@@ -13,22 +27,23 @@ ThreadPool::ThreadPool(int num_threads) {
 
 ThreadPool::~ThreadPool() {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
+    std::lock_guard<std::mutex> lock(sleep_mutex_);
+    stopping_.store(true, std::memory_order_release);
     generation_.fetch_add(1, std::memory_order_release);
   }
   wake_.notify_all();
   for (auto& worker : workers_) worker.join();
 }
 
-void ThreadPool::run_share(int index) {
-  const int64_t threads = num_threads();
-  const int64_t chunks = (n_ + grain_ - 1) / grain_;
-  const int64_t begin_chunk = chunks * index / threads;
-  const int64_t end_chunk = chunks * (index + 1) / threads;
-  const int64_t begin = begin_chunk * grain_;
-  const int64_t end = std::min(n_, end_chunk * grain_);
-  if (begin < end) (*body_)(begin, end, index);
+void ThreadPool::work_on(Job& job, int thread_index) {
+  for (;;) {
+    const int64_t chunk = job.next.fetch_add(1, std::memory_order_relaxed);
+    if (chunk >= job.chunks) return;
+    const int64_t begin = chunk * job.chunk;
+    const int64_t end = std::min(job.n, begin + job.chunk);
+    (*job.body)(begin, end, thread_index);
+    job.done.fetch_add(1, std::memory_order_release);
+  }
 }
 
 void ThreadPool::parallel_for(int64_t n, int64_t grain,
@@ -39,45 +54,52 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
     body(0, n, 0);
     return;
   }
+  std::lock_guard<std::mutex> call_lock(call_mutex_);
+  Job job;
+  job.body = &body;
+  job.n = n;
+  // A few chunks per thread balance uneven progress; each is a multiple of the grain.
+  const int64_t grains = (n + grain - 1) / grain;
+  const int64_t target_chunks = std::min<int64_t>(grains, 4 * num_threads());
+  job.chunk = (grains + target_chunks - 1) / target_chunks * grain;
+  job.chunks = (n + job.chunk - 1) / job.chunk;
+  job_.store(&job, std::memory_order_release);
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    body_ = &body;
-    n_ = n;
-    grain_ = grain;
-    pending_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
+    std::lock_guard<std::mutex> lock(sleep_mutex_);
     generation_.fetch_add(1, std::memory_order_release);
   }
   wake_.notify_all();
-  run_share(0);
-  while (pending_.load(std::memory_order_acquire) != 0) {
-#if defined(__x86_64__)
-    __builtin_ia32_pause();
-#endif
+  work_on(job, 0);
+  for (int spin = 0; job.done.load(std::memory_order_acquire) < job.chunks; ++spin) {
+    if (spin < kSpinBeforeYield) {
+      cpu_relax();
+    } else {
+      std::this_thread::yield();
+    }
   }
+  // No worker may still hold the job (it lives on this stack) once we return.
+  job_.store(nullptr, std::memory_order_release);
+  while (active_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
 }
 
 void ThreadPool::worker_loop(int index) {
-  uint64_t seen = 0;
+  uint64_t seen = generation_.load(std::memory_order_acquire);
   for (;;) {
     uint64_t current = generation_.load(std::memory_order_acquire);
-    for (int spin = 0; current == seen && spin < 20000; ++spin) {
-#if defined(__x86_64__)
-      __builtin_ia32_pause();
-#endif
+    for (int spin = 0; current == seen && spin < kSpinBeforeSleep; ++spin) {
+      cpu_relax();
       current = generation_.load(std::memory_order_acquire);
     }
     if (current == seen) {
-      std::unique_lock<std::mutex> lock(mutex_);
+      std::unique_lock<std::mutex> lock(sleep_mutex_);
       wake_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
       current = generation_.load(std::memory_order_acquire);
     }
     seen = current;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (stopping_) return;
-    }
-    run_share(index);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    if (stopping_.load(std::memory_order_acquire)) return;
+    active_.fetch_add(1, std::memory_order_acq_rel);
+    if (Job* job = job_.load(std::memory_order_acquire)) work_on(*job, index);
+    active_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
 

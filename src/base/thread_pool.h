@@ -1,7 +1,14 @@
 #pragma once
-// A persistent pool of worker threads. parallel_for splits [0, n) into contiguous chunks, one per
-// thread, and the caller's thread takes a share too. Workers spin briefly before sleeping, since
-// decode issues hundreds of small parallel regions per token and a futex wake costs tens of µs.
+// A persistent pool of worker threads for the kernels' parallel loops.
+//
+// parallel_for cuts [0, n) into chunks (multiples of `grain`) that the calling thread and the
+// workers claim from a shared counter, so a worker the OS has not scheduled yet (a busy or
+// oversubscribed machine) never stalls the loop: whoever runs takes the next chunk. Workers spin
+// briefly before sleeping, since decode issues hundreds of small parallel loops per token and a
+// futex wake costs tens of microseconds.
+//
+// One parallel_for at a time per pool (calls are serialised); bodies must not call parallel_for
+// on the same pool.
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -22,23 +29,32 @@ class ThreadPool {
   int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
 
   // Calls body(begin, end, thread_index) over disjoint ranges covering [0, n); each range is a
-  // multiple of `grain` except the last. Returns when every range is done.
+  // multiple of `grain` except the last, and thread_index < num_threads() identifies the calling
+  // thread (for per-thread scratch). Returns when every range is done.
   void parallel_for(int64_t n, int64_t grain,
                     const std::function<void(int64_t, int64_t, int)>& body);
 
  private:
+  struct Job {
+    const std::function<void(int64_t, int64_t, int)>* body = nullptr;
+    int64_t n = 0;
+    int64_t chunk = 1;
+    int64_t chunks = 0;
+    std::atomic<int64_t> next{0};
+    std::atomic<int64_t> done{0};
+  };
+
   void worker_loop(int index);
-  void run_share(int index);
+  static void work_on(Job& job, int thread_index);
 
   std::vector<std::thread> workers_;
-  std::mutex mutex_;
+  std::mutex call_mutex_;
+  std::mutex sleep_mutex_;
   std::condition_variable wake_;
-  const std::function<void(int64_t, int64_t, int)>* body_ = nullptr;
-  int64_t n_ = 0;
-  int64_t grain_ = 1;
+  std::atomic<Job*> job_{nullptr};
   std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
-  bool stopping_ = false;
+  std::atomic<int> active_{0};  // workers currently holding a Job pointer
+  std::atomic<bool> stopping_{false};
 };
 
 // The process-wide pool used by kernels. Its size defaults to the number of online CPUs and can be

@@ -25,23 +25,27 @@ void add_convert_command(CLI::App& app) {
   auto options = std::make_shared<Options>();
   auto* gguf = command->add_option("--gguf", options->gguf, "GGUF file to convert")
                    ->check(CLI::ExistingFile);
-  auto* hf = command->add_option("--hf", options->hf,
-                                 "Hugging Face checkpoint directory (bf16/f16/f32 safetensors) to "
-                                 "convert and quantize")
+  auto* hf = command
+                 ->add_option("--hf", options->hf,
+                              "Hugging Face checkpoint directory (bf16/f16/f32 safetensors) to "
+                              "convert and quantize")
                  ->check(CLI::ExistingDirectory)
                  ->excludes(gguf);
   gguf->excludes(hf);
-  command->add_option("--q-bits", options->hf_options.bits,
-                      "Bits per weight for --hf: 2, 3, 4, 5, 6 or 8")
+  command
+      ->add_option("--q-bits", options->hf_options.bits,
+                   "Bits per weight for --hf: 2, 3, 4, 5, 6 or 8")
       ->capture_default_str()
       ->needs(hf);
-  command->add_option("--q-group-size", options->hf_options.group_size,
-                      "Quantization group size for --hf: 32, 64 or 128")
+  command
+      ->add_option("--q-group-size", options->hf_options.group_size,
+                   "Quantization group size for --hf: 32, 64 or 128")
       ->capture_default_str()
       ->needs(hf);
-  command->add_option("--dtype", options->hf_options.dtype,
-                      "dtype of the scales and unquantized tensors for --hf (float16, bfloat16, "
-                      "float32; default: the config's torch_dtype)")
+  command
+      ->add_option("--dtype", options->hf_options.dtype,
+                   "dtype of the scales and unquantized tensors for --hf (float16, bfloat16, "
+                   "float32; default: the config's torch_dtype)")
       ->needs(hf);
   command->add_option("--output,-o", options->output,
                       "Output directory (default: the models directory / the input's name)");
@@ -55,8 +59,8 @@ void add_convert_command(CLI::App& app) {
       if (output.empty()) {
         // "dir/" has an empty filename(); its parent path's name is the checkpoint's.
         std::filesystem::path input(options->hf);
-        const auto name = input.filename().empty() ? input.parent_path().filename()
-                                                   : input.filename();
+        const auto name =
+            input.filename().empty() ? input.parent_path().filename() : input.filename();
         output = (std::filesystem::path(models_dir(options->models_dir)) /
                   fmt::format("{}-{}bit", name.string(), options->hf_options.bits))
                      .string();

@@ -48,6 +48,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
   std::vector<std::string> extent_names;
   for (auto& [name, entry] : header.items()) {
     if (name == "__metadata__") {
+      if (entry.is_null()) continue;  // mx.save_safetensors writes null when given no metadata
       if (!entry.is_object()) fail("{}: __metadata__ is not an object", path);
       for (auto& [key, value] : entry.items()) {
         if (!value.is_string()) fail("{}: __metadata__ value '{}' is not a string", path, key);

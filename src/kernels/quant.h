@@ -5,7 +5,16 @@
 // little-endian bit stream of `cols * bits / 32` U32 words; scales and biases hold one value per
 // group of `group_size` consecutive inputs. Pointers may be unaligned (MLX does not pad tensors).
 //
-// Every product accumulates in fp32 and computes y[r, o] = Σ_i x[r, i] · (s·q + b).
+// Every product accumulates in fp32 and computes y[r, o] = Σ_i x[r, i] · (s·q + b), factored per
+// group as s·Σ x·q + b·Σ x.
+//
+// Determinism: each output y[r, o] is computed in one fixed summation order (documented in
+// kernels/cpu/quant_impl.h) that depends only on the matrix, x[r] and W[o] — NOT on m, on which
+// other rows are in the batch, on the expert mix of a gathered product, on the thread count, or
+// on the ISA. So qmatmul's row r result is bit-identical whether it is computed alone (m = 1,
+// plain decode) or inside a batch (m > 1, speculative verify), and gather_qmatmul equals qmatmul
+// with the same expert; likewise for matmul / gather_matmul. All ISAs (scalar, avx2, avx512) give
+// bit-identical results. x is [m, cols] and y is [m, rows], both contiguous fp32, not overlapping.
 #include <cstdint>
 
 #include "tensor/dtype.h"
@@ -47,7 +56,8 @@ struct DenseMatrix {
 
 enum class Isa { scalar, avx2, avx512 };
 const char* isa_name(Isa isa);
-// The best ISA this CPU supports, unless DSPARK_ISA=scalar|avx2|avx512 asks for another.
+// The best ISA this CPU supports, unless DSPARK_ISA=scalar|avx2|avx512 asks for another (an
+// ISA the CPU lacks is refused with an error). The *_isa functions also refuse such an ISA.
 Isa best_isa();
 
 // Quantize `rows` x `cols` fp32 weights the way mlx.core.quantize does, bit for bit. Scales and
@@ -55,9 +65,16 @@ Isa best_isa();
 void quantize(const float* weights, int64_t rows, int64_t cols, QuantFormat format,
               DType scale_dtype, uint32_t* packed, void* scales, void* biases);
 
-// Dequantize rows [row_begin, row_end) of expert `expert` into out[(row - row_begin) * cols].
+// Dequantize rows [row_begin, row_end) of expert `expert` into out[(row - row_begin) * cols]:
+// w = s·q + b in fp32 (a product, then a sum, each rounded to fp32, as mx.dequantize does for fp32
+// scales).
 void dequantize_rows(const QuantMatrix& w, int64_t expert, int64_t row_begin, int64_t row_end,
                      float* out);
+// The same rows rounded the way mx.dequantize computes them in a 16-bit scale dtype: s·q rounded to
+// that dtype, plus b, rounded again; returned widened to fp32. Equals dequantize_rows for F32
+// scales. Use it where a result must equal MLX's bit for bit (e.g. a bf16 embedding lookup).
+void dequantize_rows_mlx(const QuantMatrix& w, int64_t expert, int64_t row_begin, int64_t row_end,
+                         float* out);
 
 // y[m, rows] = x[m, cols] · W[expert]ᵀ. Multithreaded on the default pool.
 void qmatmul(const float* x, int64_t m, const QuantMatrix& w, float* y, int64_t expert = 0);
@@ -77,8 +94,11 @@ void matmul_isa(Isa isa, const float* x, int64_t m, const DenseMatrix& w, float*
                 int64_t expert = 0);
 void gather_matmul(const float* x, int64_t m, const int32_t* expert_ids, const DenseMatrix& w,
                    float* y);
+void gather_matmul_isa(Isa isa, const float* x, int64_t m, const int32_t* expert_ids,
+                       const DenseMatrix& w, float* y);
 
-// Bulk conversions to fp32.
+// Bulk conversions (round to nearest even for f32_to_bf16). Inside dspark::kernels these names
+// hide the scalar dspark::bf16_to_f32 & co. of tensor/dtype.h: qualify those.
 void bf16_to_f32(const void* src, int64_t n, float* dst);
 void f16_to_f32(const void* src, int64_t n, float* dst);
 void f32_to_bf16(const float* src, int64_t n, void* dst);

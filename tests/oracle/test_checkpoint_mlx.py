@@ -85,6 +85,9 @@ def test_every_dtype_and_odd_sizes(tmp_path):
     mx.save_safetensors(str(tmp_path / "all.safetensors"), arrays, metadata={"format": "mlx"})
     actual = copy_through_dspark(tmp_path / "all.safetensors", tmp_path / "copy.safetensors")
     assert_same(arrays, actual)
+    # Without metadata MLX writes "__metadata__": null.
+    mx.save_safetensors(str(tmp_path / "bare.safetensors"), arrays)
+    assert_same(arrays, copy_through_dspark(tmp_path / "bare.safetensors", tmp_path / "c2.safetensors"))
 
 
 def test_config_parsed(tmp_path):

@@ -8,18 +8,20 @@
 //     xsum_g = x[gG] + x[gG+1] + ... + x[gG+G-1]        (left to right, from 0)
 //     the group's elements are visited in slot order j = 0..G-1: slot j holds the element
 //     slot_element(bits, j) of the group and belongs to lane j % 16;
-//     p_g[l]  = fma(x[e], q[e], p_g[l])    over the slots of lane l in slot order, from 0
-//     acc[l]  = fma(s_g, p_g[l], acc[l])   over groups in order, from 0
-//     t       = fma(b_g, xsum_g, t)        over groups in order, from 0
-//     y       = tree16(acc) + t
+//     p_g[l]  = fma(x[e], q[e], p_g[l])       over the slots of lane l in slot order, from 0
+//     acc[l]  = fma(s_g, p_g[l], acc[l])      over groups in order, from 0
+//     bias[l] = fma(b_g, xsum_g, bias[l])     over groups g ≡ l (mod 16) in order, from 0
+//     y       = tree16(acc[l] + bias[l])
 //   Dense row: acc[l] = fma(x[k], w[k], acc[l]) over k ≡ l (mod 16) in order, from 0;
 //     y = tree16(acc).
 //   tree16(a): r8[l] = a[l] + a[l+8]; r4[l] = r8[l] + r8[l+4]; r2[l] = r4[l] + r4[l+2];
 //     result r2[0] + r2[1].
-// The slot order equals the element order except for 4 bits, where each run of 32 elements (16
-// bytes) is visited as its 16 low nibbles, then its 16 high nibbles: that is how SIMD code unpacks
-// bytes without shuffles. Activations are permuted once into slot order ("xslots") so that the
-// kernels read them contiguously.
+// The slot order equals the element order except for 4 and 6 bits, where each run of 32 elements
+// is visited in the order SIMD code unpacks it cheaply. 4 bits (16 bytes): the 16 low nibbles, then
+// the 16 high nibbles. 6 bits (24 bytes = 8 three-byte units of 4 elements): lanes 0-7 take
+// element 0 of units 0-7 and lanes 8-15 element 2, then lanes 0-7 element 1 and lanes 8-15
+// element 3. Activations are permuted once into slot order ("xslots") so that the kernels read
+// them contiguously.
 //
 // The ISA translation units are compiled with AVX flags; anything they share with portable code
 // must not be an inline function or template instantiated there (the linker could keep the AVX
@@ -32,8 +34,15 @@ namespace dspark::kernels::cpu {
 
 // The element of a group that occupies slot j (0 <= j < group size).
 static inline int64_t slot_element(int bits, int64_t j) {
-  if (bits != 4) return j;
-  return (j / 32) * 32 + 2 * (j % 16) + (j % 32) / 16;
+  const int64_t run = j / 32 * 32, vector = j % 32 / 16, lane = j % 16;
+  if (bits == 4) return run + 2 * lane + vector;
+  if (bits == 6) return run + 4 * (lane % 8) + 2 * (lane / 8) + vector;
+  return j;
+}
+
+// Whether slot order differs from element order for this bit width.
+static inline bool slots_permuted(int bits) {
+  return bits == 4 || bits == 6;
 }
 
 // m activation rows multiplied by rows [begin, end) of one expert of a quantized matrix.
@@ -43,8 +52,9 @@ struct QuantTask {
   int64_t m = 0;
   const float* const* x = nullptr;       // m rows of cols values, element order
   const float* const* xslots = nullptr;  // the same rows in slot order
-  const float* const* xsums = nullptr;   // m rows of groups_per_row group sums
-  float* const* y = nullptr;             // y[i][row] receives output `row` of activation row i
+  // m rows of group sums: groups_per_row values, then zeros up to a multiple of 16.
+  const float* const* xsums = nullptr;
+  float* const* y = nullptr;  // y[i][row] receives output `row` of activation row i
 };
 
 struct DenseTask {

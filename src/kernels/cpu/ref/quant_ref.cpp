@@ -63,7 +63,7 @@ void quant_rows(const QuantTask& task, int64_t row_begin, int64_t row_end) {
     for (int64_t i = 0; i < task.m; ++i) {
       const float* x = task.x[i];
       float acc[16] = {};
-      float bias_term = 0.0f;
+      float bias_lanes[16] = {};
       for (int64_t g = 0; g < groups; ++g) {
         float partial[16] = {};
         for (int64_t slot = 0; slot < group; ++slot) {
@@ -74,9 +74,11 @@ void quant_rows(const QuantTask& task, int64_t row_begin, int64_t row_end) {
         const float scale = load_as_float(scales, w.scale_dtype, g);
         const float bias = load_as_float(biases, w.scale_dtype, g);
         for (int l = 0; l < 16; ++l) acc[l] = std::fma(scale, partial[l], acc[l]);
-        bias_term = std::fma(bias, task.xsums[i][g], bias_term);
+        bias_lanes[g % 16] = std::fma(bias, task.xsums[i][g], bias_lanes[g % 16]);
       }
-      task.y[i][row] = tree16(acc) + bias_term;
+      float total[16];
+      for (int l = 0; l < 16; ++l) total[l] = acc[l] + bias_lanes[l];
+      task.y[i][row] = tree16(total);
     }
   }
 }

@@ -1,0 +1,209 @@
+// Quantized matrix-vector products at real Nemotron-3 Nano shapes, with the weight bytes streamed
+// per second beside this machine's measured read bandwidth (counters weights_GBps,
+// weights_GBps_oncpu, read_bw_GBps, pct_of_read_bw).
+// Each benchmark cycles through enough copies of its matrix (>= 256 MiB) that the weights come
+// from memory, not from the last-level cache, as they do during decode.
+//
+//   quant_bench [--benchmark_min_time=0.2s] [--benchmark_repetitions=N]
+#include <benchmark/benchmark.h>
+#include <time.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/system_info.h"
+#include "base/thread_pool.h"
+#include "kernels/bandwidth.h"
+#include "kernels/quant.h"
+#include "tensor/dtype.h"
+
+namespace {
+
+using dspark::kernels::QuantMatrix;
+
+constexpr int64_t kMinWorkingSetBytes = int64_t{256} << 20;
+
+uint64_t next_random(uint64_t& state) {
+  state ^= state << 13;
+  state ^= state >> 7;
+  state ^= state << 17;
+  return state;
+}
+
+// Random packed codes with bf16 scales and biases of realistic size.
+struct QuantStorage {
+  std::vector<uint8_t> packed, scales, biases;
+  QuantMatrix w;
+
+  QuantStorage(int bits, int64_t experts, int64_t rows, int64_t cols, uint64_t seed) {
+    w.format = {bits, 64};
+    w.scale_dtype = dspark::DType::BF16;
+    w.experts = experts;
+    w.rows = rows;
+    w.cols = cols;
+    packed.resize(experts * rows * cols * bits / 8);
+    scales.resize(experts * rows * (cols / 64) * 2);
+    biases.resize(scales.size());
+    uint64_t state = seed | 1;
+    for (size_t k = 0; k + 8 <= packed.size(); k += 8) {
+      const uint64_t word = next_random(state);
+      std::memcpy(packed.data() + k, &word, 8);
+    }
+    for (size_t k = 0; k < scales.size(); k += 2) {
+      const auto unit = static_cast<float>(next_random(state) % 1000) / 1000.0f;
+      const uint16_t scale = dspark::f32_to_bf16(0.001f + 0.01f * unit);
+      const uint16_t bias = dspark::f32_to_bf16(-0.05f * unit);
+      std::memcpy(scales.data() + k, &scale, 2);
+      std::memcpy(biases.data() + k, &bias, 2);
+    }
+    w.packed = packed.data();
+    w.scales = scales.data();
+    w.biases = biases.data();
+  }
+};
+
+double read_bandwidth_gbs(int threads) {
+  static std::map<int, double> measured;
+  auto found = measured.find(threads);
+  if (found == measured.end()) {
+    found = measured.emplace(threads, dspark::kernels::measure_read_bandwidth_gbs(threads)).first;
+  }
+  return found->second;
+}
+
+void use_threads(int threads) {
+  if (dspark::default_pool().num_threads() != threads) dspark::set_default_threads(threads);
+}
+
+double thread_cpu_seconds() {
+  timespec now;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
+}
+
+// Wall and CPU time of a whole timing loop (the products are multithreaded).
+struct LoopTimer {
+  double wall = dspark::now_seconds();
+  double cpu = thread_cpu_seconds();
+};
+
+// weights_GBps: weight bytes per wall second. weights_GBps_oncpu: per second of the calling
+// thread's CPU time, which excludes the time it was preempted: on a shared, oversubscribed machine
+// it is the figure to compare between runs (with 1 thread it is the kernel's own speed; with more,
+// the caller also spins while it waits for the other threads).
+void report(benchmark::State& state, double bytes_per_iteration, int threads,
+            const LoopTimer& timer) {
+  const double bytes = bytes_per_iteration * static_cast<double>(state.iterations());
+  const double gbps = bytes / (dspark::now_seconds() - timer.wall) / 1e9;
+  state.counters["weights_GBps"] = gbps;
+  state.counters["weights_GBps_oncpu"] = bytes / (thread_cpu_seconds() - timer.cpu) / 1e9;
+  state.counters["read_bw_GBps"] = read_bandwidth_gbs(threads);
+  state.counters["pct_of_read_bw"] = 100.0 * gbps / read_bandwidth_gbs(threads);
+}
+
+void qmatmul_bench(benchmark::State& state, int bits, int64_t rows, int64_t cols, int64_t m,
+                   int threads) {
+  use_threads(threads);
+  read_bandwidth_gbs(threads);
+  const QuantStorage first(bits, 1, rows, cols, 1);
+  const int64_t bytes = first.w.bytes_per_expert();
+  const int64_t copies = std::max<int64_t>(1, (kMinWorkingSetBytes + bytes - 1) / bytes);
+  std::vector<std::unique_ptr<QuantStorage>> matrices;
+  for (int64_t c = 0; c < copies; ++c) {
+    matrices.push_back(std::make_unique<QuantStorage>(bits, 1, rows, cols, 100 + c));
+  }
+  std::vector<float> x(m * cols, 0.5f), y(m * rows);
+  int64_t next = 0;
+  const LoopTimer timer;
+  for (auto _ : state) {
+    dspark::kernels::qmatmul(x.data(), m, matrices[next]->w, y.data());
+    benchmark::DoNotOptimize(y.data());
+    next = (next + 1) % copies;
+  }
+  report(state, static_cast<double>(bytes), threads, timer);
+}
+
+// One decoded token through a MoE expert stack: 6 of 128 experts, one activation row each.
+void gather_bench(benchmark::State& state, int bits, int64_t rows, int64_t cols, int threads) {
+  use_threads(threads);
+  read_bandwidth_gbs(threads);
+  constexpr int64_t kExperts = 128, kActive = 6;
+  const QuantStorage stack(bits, kExperts, rows, cols, 7);
+  std::vector<float> x(kActive * cols, 0.5f), y(kActive * rows);
+  std::vector<int32_t> ids(kActive);
+  uint64_t random = 12345;
+  const LoopTimer timer;
+  for (auto _ : state) {
+    // Distinct experts, changing every token (as routing does).
+    for (int64_t k = 0; k < kActive; ++k) {
+      bool fresh = false;
+      while (!fresh) {
+        ids[k] = static_cast<int32_t>(next_random(random) % kExperts);
+        fresh = true;
+        for (int64_t j = 0; j < k; ++j) fresh &= ids[j] != ids[k];
+      }
+    }
+    dspark::kernels::gather_qmatmul(x.data(), kActive, ids.data(), stack.w, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  report(state, static_cast<double>(stack.w.bytes_per_expert() * kActive), threads, timer);
+}
+
+struct Shape {
+  const char* name;
+  int64_t rows;
+  int64_t cols;
+};
+
+void register_benchmarks() {
+  const Shape shapes[] = {{"in_proj_2688x10304", 10304, 2688},
+                          {"out_proj_4096x2688", 2688, 4096},
+                          {"expert_up_2688x1856", 1856, 2688},
+                          {"expert_down_1856x2688", 2688, 1856},
+                          {"lm_head_2688x131072", 131072, 2688}};
+  for (int threads : {1, 2}) {
+    for (int bits : {4, 6, 8}) {
+      for (const Shape& shape : shapes) {
+        const std::string name = std::string("qmatmul/") + shape.name + "/b" +
+                                 std::to_string(bits) + "/m1/threads:" + std::to_string(threads);
+        benchmark::RegisterBenchmark(name.c_str(), qmatmul_bench, bits, shape.rows, shape.cols,
+                                     int64_t{1}, threads)
+            ->UseRealTime()
+            ->Unit(benchmark::kMicrosecond);
+      }
+      const std::string gather = "gather_qmatmul/experts_6_of_128_2688x1856/b" +
+                                 std::to_string(bits) + "/threads:" + std::to_string(threads);
+      benchmark::RegisterBenchmark(gather.c_str(), gather_bench, bits, int64_t{1856}, int64_t{2688},
+                                   threads)
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
+    }
+    // Speculative verify widths on the in_proj shape.
+    for (int bits : {4, 6, 8}) {
+      for (int64_t m = 2; m <= 9; ++m) {
+        const std::string name = "qmatmul/in_proj_2688x10304/b" + std::to_string(bits) + "/m" +
+                                 std::to_string(m) + "/threads:" + std::to_string(threads);
+        benchmark::RegisterBenchmark(name.c_str(), qmatmul_bench, bits, int64_t{10304},
+                                     int64_t{2688}, m, threads)
+            ->UseRealTime()
+            ->Unit(benchmark::kMicrosecond);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  register_benchmarks();
+  benchmark::AddCustomContext("isa", dspark::kernels::isa_name(dspark::kernels::best_isa()));
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

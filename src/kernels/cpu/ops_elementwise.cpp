@@ -1,0 +1,135 @@
+// Row-wise and element-wise ops: RMSNorm, activations, rotary embeddings, MoE routing.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "base/error.h"
+#include "kernels/cpu/ops_common.h"
+#include "kernels/ops.h"
+
+namespace dspark::kernels {
+
+void rms_norm(const float* x, int64_t rows, int64_t dim, const float* weight, float eps,
+              float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * dim;
+    float* yr = out + r * dim;
+    const float mean_square = cpu::sum_squares_lanes(xr, dim) / static_cast<float>(dim);
+    const float inv = 1.0f / std::sqrt(mean_square + eps);
+    if (weight != nullptr) {
+      for (int64_t i = 0; i < dim; ++i) yr[i] = (xr[i] * inv) * weight[i];
+    } else {
+      for (int64_t i = 0; i < dim; ++i) yr[i] = xr[i] * inv;
+    }
+  }
+}
+
+void silu(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = x[i] / (1.0f + std::exp(-x[i]));
+}
+
+void relu_squared(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float r = x[i] > 0.0f ? x[i] : 0.0f;
+    x[i] = r * r;
+  }
+}
+
+float softplus(float x) {
+  return std::max(x, 0.0f) + std::log1p(std::exp(-std::fabs(x)));
+}
+
+void rope(float* x, int64_t rows, int64_t heads, int64_t head_dim, int64_t first_position,
+          const RopeSpec& spec) {
+  const int64_t half = spec.rotary_dim / 2;
+  if (spec.rotary_dim > head_dim || spec.rotary_dim % 2 != 0) {
+    fail("rope: rotary_dim {} must be even and at most head_dim {}", spec.rotary_dim, head_dim);
+  }
+  std::vector<float> cosines(half), sines(half);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float position = static_cast<float>(first_position + r) * spec.position_scale;
+    for (int64_t i = 0; i < half; ++i) {
+      const float angle = position * spec.inv_freq[i];
+      cosines[i] = std::cos(angle);
+      sines[i] = std::sin(angle);
+    }
+    for (int64_t h = 0; h < heads; ++h) {
+      float* v = x + (r * heads + h) * head_dim;
+      for (int64_t i = 0; i < half; ++i) {
+        float* first = spec.traditional ? v + 2 * i : v + i;
+        float* second = spec.traditional ? v + 2 * i + 1 : v + i + half;
+        const float a = *first;
+        const float b = *second;
+        *first = a * cosines[i] - b * sines[i];
+        *second = a * sines[i] + b * cosines[i];
+      }
+    }
+  }
+}
+
+void moe_route(const float* logits, int64_t rows, const RouterSpec& spec, int32_t* ids,
+               float* weights) {
+  const int64_t experts = spec.experts;
+  if (spec.top_k < 1 || spec.top_k > experts) {
+    fail("moe_route: top_k {} must be in [1, {}]", spec.top_k, experts);
+  }
+  if (spec.n_group < 1 || experts % spec.n_group != 0 || spec.topk_group < 1 ||
+      spec.topk_group > spec.n_group) {
+    fail("moe_route: {} experts cannot form {} groups keeping {}", experts, spec.n_group,
+         spec.topk_group);
+  }
+  std::vector<float> scores(experts), selection(experts);
+  std::vector<int32_t> order(experts);
+  const int64_t group_size = experts / spec.n_group;
+  std::vector<float> group_scores(spec.n_group);
+  std::vector<int64_t> group_order(spec.n_group);
+  // Descending value, ties to the lower index: a total order, so the choice is deterministic.
+  auto by_value = [](const std::vector<float>& v) {
+    return [&v](int64_t a, int64_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); };
+  };
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = logits + r * experts;
+    for (int64_t e = 0; e < experts; ++e) {
+      scores[e] = 1.0f / (1.0f + std::exp(-row[e]));
+      selection[e] = scores[e] + (spec.correction_bias ? spec.correction_bias[e] : 0.0f);
+    }
+    if (spec.n_group > 1) {
+      for (int64_t g = 0; g < spec.n_group; ++g) {
+        const float* s = selection.data() + g * group_size;
+        float best = -INFINITY, second = -INFINITY;
+        for (int64_t i = 0; i < group_size; ++i) {
+          if (s[i] > best) {
+            second = best;
+            best = s[i];
+          } else if (s[i] > second) {
+            second = s[i];
+          }
+        }
+        group_scores[g] = group_size > 1 ? best + second : best;
+      }
+      std::iota(group_order.begin(), group_order.end(), 0);
+      std::sort(group_order.begin(), group_order.end(), by_value(group_scores));
+      for (int64_t i = spec.topk_group; i < spec.n_group; ++i) {
+        std::fill_n(selection.begin() + group_order[i] * group_size, group_size, 0.0f);
+      }
+    }
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + spec.top_k, order.end(), by_value(selection));
+    int32_t* row_ids = ids + r * spec.top_k;
+    float* row_weights = weights + r * spec.top_k;
+    float sum = 0.0f;
+    for (int64_t k = 0; k < spec.top_k; ++k) {
+      row_ids[k] = order[k];
+      row_weights[k] = scores[order[k]];
+      sum += row_weights[k];
+    }
+    const bool normalise = spec.norm_topk_prob && spec.top_k > 1;
+    for (int64_t k = 0; k < spec.top_k; ++k) {
+      if (normalise) row_weights[k] = row_weights[k] / (sum + 1e-20f);
+      row_weights[k] *= spec.routed_scaling_factor;
+    }
+  }
+}
+
+}  // namespace dspark::kernels

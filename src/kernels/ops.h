@@ -1,0 +1,105 @@
+#pragma once
+// Non-quantized CPU operations of the model forward: normalisation, activations, rotary
+// embeddings, attention over a KV cache, the causal depthwise convolution and the Mamba-2 SSD
+// scan, and MoE routing. Everything is fp32. Math follows shared spec nemotron_h.md §3–§5 and
+// §12.3.
+//
+// Row invariance: every operation computes each token row with the same arithmetic whatever the
+// number of rows in the call and the thread count, so a multi-token run gives bit-identical rows
+// to one-token-at-a-time processing. The one deliberate exception is ssd_chunked (a different
+// summation order of the same recurrence, the form GPU kernels use); the CPU model scans token by
+// token, which measures faster here.
+// Results may differ between CPUs: attention has an AVX2+FMA build chosen at load time.
+#include <cstdint>
+
+namespace dspark::kernels {
+
+// out[r] = x[r] / sqrt(mean(x[r]²) + eps) ⊙ weight, over `rows` rows of `dim` values; weight may
+// be null (no scaling). out may alias x.
+void rms_norm(const float* x, int64_t rows, int64_t dim, const float* weight, float eps,
+              float* out);
+
+// In place: x ← x · sigmoid(x).
+void silu(float* x, int64_t n);
+// In place: x ← max(x, 0)².
+void relu_squared(float* x, int64_t n);
+// log(1 + exp(x)) without overflow.
+float softplus(float x);
+
+// Rotary position embedding over `rows` rows of `heads` heads of `head_dim` values. Row r sits at
+// position first_position + r; pair i (i < rotary_dim/2) turns by angle
+// (position · position_scale) · inv_freq[i], computed in fp32. Non-traditional ("rotate half")
+// pairs (x_i, x_{i + rotary_dim/2}); traditional pairs (x_2i, x_2i+1).
+struct RopeSpec {
+  const float* inv_freq = nullptr;  // rotary_dim / 2 values
+  int64_t rotary_dim = 0;
+  bool traditional = false;
+  float position_scale = 1.0f;
+};
+void rope(float* x, int64_t rows, int64_t heads, int64_t head_dim, int64_t first_position,
+          const RopeSpec& spec);
+
+// Causal grouped-query attention. q: [rows, q_heads, head_dim]; keys, values: token-major
+// [positions, kv_heads, head_dim] holding at least past + rows positions. Query row r sits at
+// position past + r and attends keys [0, past + r]; q head h reads kv head h / (q_heads /
+// kv_heads). Scores are scaled, softmaxed and accumulated in fp32. out: [rows, q_heads,
+// head_dim].
+void causal_attention(const float* q, int64_t rows, int64_t q_heads, int64_t kv_heads,
+                      int64_t head_dim, const float* keys, const float* values, int64_t past,
+                      float scale, float* out);
+
+// Causal depthwise convolution with carried state (nemotron_h.md §3.3). window: [kernel - 1,
+// channels], the raw inputs of the previous kernel - 1 tokens, oldest first. input: [rows,
+// channels]. weight: [channels, kernel] (weight[c, kernel - 1] multiplies the current token);
+// bias: [channels] or null. out[t, c] = bias[c] + Σ_k weight[c, k] · padded[t + k, c] with
+// padded = concat(window, input); no activation. The window is advanced past the input.
+void causal_conv1d(float* window, const float* input, int64_t rows, int64_t channels,
+                   int64_t kernel, const float* weight, const float* bias, float* out);
+// Only the window update of causal_conv1d: window ← last kernel - 1 rows of concat(window, input).
+void conv_window_advance(float* window, const float* input, int64_t rows, int64_t channels,
+                         int64_t kernel);
+
+// Mamba-2 selective state space scan (nemotron_h.md §3.4) for one sequence.
+//   state: [heads, head_dim, state_size] fp32, updated in place
+//   x: [rows, heads, head_dim]; B, C: [rows, groups, state_size]; head h uses group
+//   h / (heads / groups); dt: [rows, heads] after softplus (and clamp); A: [heads] = -exp(A_log);
+//   D: [heads]; y: [rows, heads, head_dim]. With y null only the state is updated (D may be
+//   null then).
+// Per token: S ← exp(dt·A)·S + (dt·x) ⊗ B;  y = S·C + D·x.
+struct SsmDims {
+  int64_t heads = 0;
+  int64_t head_dim = 0;
+  int64_t groups = 0;
+  int64_t state_size = 0;
+};
+// The recurrence one token at a time. The arithmetic of each (token, head) is fixed, so running
+// rows one call at a time or all in one call gives bit-identical states and outputs.
+void ssd_sequential(const SsmDims& dims, float* state, const float* x, const float* B,
+                    const float* C, const float* dt, const float* A, const float* D, int64_t rows,
+                    float* y);
+// The chunked ("SSD") form of the same recurrence on top of the existing state: intra-chunk
+// terms as a masked decay matrix, the carried state through exp(cumulative log-decay), and one
+// state update per chunk of `chunk` tokens. Equal to ssd_sequential up to rounding.
+void ssd_chunked(const SsmDims& dims, float* state, const float* x, const float* B, const float* C,
+                 const float* dt, const float* A, const float* D, int64_t rows, int64_t chunk,
+                 float* y);
+
+// MoE router (nemotron_h.md §5.1, mlx-lm's group_expert_select). For each row: scores =
+// sigmoid(logits); selection uses scores + correction_bias (null = none), group-limited when
+// n_group > 1 (groups outside the best topk_group, ranked by the sum of their two best selection
+// scores, are set to 0); ties go to the lower expert id. Weights are the unbiased scores of the
+// chosen experts, divided by their sum + 1e-20 when norm_topk_prob and top_k > 1, times
+// routed_scaling_factor. ids and weights: [rows, top_k], experts in descending selection score.
+struct RouterSpec {
+  int64_t experts = 0;
+  int64_t top_k = 1;
+  int64_t n_group = 1;
+  int64_t topk_group = 1;
+  bool norm_topk_prob = true;
+  float routed_scaling_factor = 1.0f;
+  const float* correction_bias = nullptr;
+};
+void moe_route(const float* logits, int64_t rows, const RouterSpec& spec, int32_t* ids,
+               float* weights);
+
+}  // namespace dspark::kernels

@@ -1,0 +1,533 @@
+#include "kernels/quant.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <string_view>
+#include <vector>
+
+#include "base/error.h"
+#include "base/system_info.h"
+#include "base/thread_pool.h"
+#include "kernels/cpu/quant_impl.h"
+
+namespace dspark::kernels {
+namespace {
+
+bool is_scale_dtype(DType dtype) {
+  return dtype == DType::BF16 || dtype == DType::F16 || dtype == DType::F32;
+}
+
+void check_matrix(const QuantMatrix& w, const char* what) {
+  check_quant_format(w.format, what);
+  if (!is_scale_dtype(w.scale_dtype)) {
+    fail("{}: scales and biases must be BF16, F16 or F32, not {}", what, dtype_name(w.scale_dtype));
+  }
+  if (w.rows <= 0 || w.cols <= 0 || w.experts <= 0) {
+    fail("{}: bad quantized matrix shape [{}, {}, {}]", what, w.experts, w.rows, w.cols);
+  }
+  if (w.cols % w.format.group_size != 0) {
+    fail("{}: {} input columns are not a multiple of the group size {}", what, w.cols,
+         w.format.group_size);
+  }
+  if (w.packed == nullptr || w.scales == nullptr || w.biases == nullptr) {
+    fail("{}: quantized matrix without packed weights, scales or biases", what);
+  }
+}
+
+void check_matrix(const DenseMatrix& w, const char* what) {
+  if (!is_scale_dtype(w.dtype)) {
+    fail("{}: dense weights must be F32, F16 or BF16, not {}", what, dtype_name(w.dtype));
+  }
+  if (w.rows <= 0 || w.cols <= 0 || w.experts <= 0 || w.data == nullptr) {
+    fail("{}: bad dense matrix [{}, {}, {}]", what, w.experts, w.rows, w.cols);
+  }
+}
+
+void check_expert(int64_t expert, int64_t experts, const char* what) {
+  if (expert < 0 || expert >= experts) {
+    fail("{}: expert {} out of range [0, {})", what, expert, experts);
+  }
+}
+
+bool isa_supported(Isa isa) {
+  const CpuFeatures& cpu = cpu_features();
+  switch (isa) {
+    case Isa::scalar:
+      return true;
+    case Isa::avx2:
+      return cpu.avx2 && cpu.fma && cpu.f16c;
+    case Isa::avx512:
+      return cpu.avx512f && cpu.avx512bw && cpu.avx512vl && cpu.avx512dq && cpu.fma && cpu.f16c;
+  }
+  return false;
+}
+
+void check_isa(Isa isa) {
+  if (!isa_supported(isa)) fail("this CPU does not support the {} kernels", isa_name(isa));
+}
+
+Isa detect_best_isa() {
+  if (const char* requested = std::getenv("DSPARK_ISA"); requested != nullptr && *requested) {
+    const std::string_view name(requested);
+    for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) {
+      if (name == isa_name(isa)) {
+        check_isa(isa);
+        return isa;
+      }
+    }
+    fail("DSPARK_ISA={} is not one of scalar, avx2, avx512", name);
+  }
+  if (isa_supported(Isa::avx512)) return Isa::avx512;
+  if (isa_supported(Isa::avx2)) return Isa::avx2;
+  return Isa::scalar;
+}
+
+// Rows per parallel chunk: a multiple of 16 (the widest row tile), and enough work per chunk
+// that waking a thread pays.
+int64_t row_grain(int64_t cols) {
+  const int64_t min_rows = (32768 + cols - 1) / cols;
+  return std::max<int64_t>(16, (min_rows + 15) / 16 * 16);
+}
+
+// Activation rows in the form the quantized kernels read: slot order and per-group sums.
+struct PreparedActivations {
+  std::vector<float> slots;
+  std::vector<float> sums;
+  std::vector<const float*> x_rows;
+  std::vector<const float*> slot_rows;
+  std::vector<const float*> sum_rows;
+};
+
+void prepare_activations(const float* x, int64_t m, const QuantMatrix& w,
+                         PreparedActivations& out) {
+  const int64_t cols = w.cols;
+  const int64_t group = w.format.group_size;
+  const int64_t groups = w.groups_per_row();
+  const int bits = w.format.bits;
+  const bool permuted = cpu::slots_permuted(bits);
+  const int64_t padded_groups = (groups + 15) / 16 * 16;
+  out.sums.assign(m * padded_groups, 0.0f);
+  out.x_rows.resize(m);
+  out.slot_rows.resize(m);
+  out.sum_rows.resize(m);
+  if (permuted) out.slots.resize(m * cols);
+  for (int64_t i = 0; i < m; ++i) {
+    const float* row = x + i * cols;
+    float* sums = out.sums.data() + i * padded_groups;
+    for (int64_t g = 0; g < groups; ++g) {
+      float sum = 0.0f;
+      for (int64_t k = g * group; k < (g + 1) * group; ++k) sum += row[k];
+      sums[g] = sum;
+    }
+    out.x_rows[i] = row;
+    out.sum_rows[i] = sums;
+    if (permuted) {
+      float* slots = out.slots.data() + i * cols;
+      for (int64_t base = 0; base < cols; base += group) {
+        for (int64_t j = 0; j < group; ++j)
+          slots[base + j] = row[base + cpu::slot_element(bits, j)];
+      }
+      out.slot_rows[i] = slots;
+    } else {
+      out.slot_rows[i] = row;
+    }
+  }
+}
+
+// Rows of x sharing an expert, in first-seen order of experts and increasing row order.
+struct ExpertSegment {
+  int64_t expert;
+  std::vector<int64_t> rows;
+};
+
+std::vector<ExpertSegment> segments_by_expert(const int32_t* expert_ids, int64_t m, int64_t experts,
+                                              const char* what) {
+  std::vector<ExpertSegment> segments;
+  for (int64_t r = 0; r < m; ++r) {
+    const int64_t expert = expert_ids[r];
+    check_expert(expert, experts, what);
+    auto found = std::find_if(segments.begin(), segments.end(),
+                              [&](const ExpertSegment& s) { return s.expert == expert; });
+    if (found == segments.end()) {
+      segments.push_back({expert, {r}});
+    } else {
+      found->rows.push_back(r);
+    }
+  }
+  return segments;
+}
+
+// One unit of gathered work: rows [row_begin, row_end) of one segment's expert.
+struct GatherItem {
+  int64_t segment;
+  int64_t row_begin;
+  int64_t row_end;
+};
+
+std::vector<GatherItem> gather_items(const std::vector<ExpertSegment>& segments, int64_t rows,
+                                     int64_t grain) {
+  std::vector<GatherItem> items;
+  for (int64_t s = 0; s < static_cast<int64_t>(segments.size()); ++s) {
+    for (int64_t begin = 0; begin < rows; begin += grain) {
+      items.push_back({s, begin, std::min(rows, begin + grain)});
+    }
+  }
+  return items;
+}
+
+float read_scale(const void* base, DType dtype, int64_t index) {
+  const auto* bytes = static_cast<const uint8_t*>(base);
+  if (dtype == DType::F32) {
+    float value;
+    std::memcpy(&value, bytes + index * 4, 4);
+    return value;
+  }
+  uint16_t bits;
+  std::memcpy(&bits, bytes + index * 2, 2);
+  return dtype == DType::BF16 ? dspark::bf16_to_f32(bits) : dspark::f16_to_f32(bits);
+}
+
+void write_scale(void* base, DType dtype, int64_t index, float value) {
+  auto* bytes = static_cast<uint8_t*>(base);
+  if (dtype == DType::F32) {
+    std::memcpy(bytes + index * 4, &value, 4);
+    return;
+  }
+  const uint16_t bits = dtype == DType::BF16 ? dspark::f32_to_bf16(value) : f32_to_f16(value);
+  std::memcpy(bytes + index * 2, &bits, 2);
+}
+
+float round_to_dtype(DType dtype, float value) {
+  if (dtype == DType::BF16) return dspark::round_to_bf16(value);
+  if (dtype == DType::F16) return dspark::f16_to_f32(f32_to_f16(value));
+  return value;
+}
+
+// w = s·q + b per element; `in_scale_dtype` rounds the product and the sum to the scale dtype
+// (mx.dequantize's arithmetic in the model dtype).
+void dequantize(const QuantMatrix& w, int64_t expert, int64_t row_begin, int64_t row_end,
+                float* out, bool in_scale_dtype) {
+  check_matrix(w, "dequantize");
+  check_expert(expert, w.experts, "dequantize");
+  if (row_begin < 0 || row_end > w.rows || row_begin > row_end) {
+    fail("dequantize: rows [{}, {}) outside [0, {})", row_begin, row_end, w.rows);
+  }
+  const int bits = w.format.bits;
+  const uint32_t mask = (1u << bits) - 1;
+  const int64_t row_bytes = w.words_per_row() * 4;
+  const int64_t groups = w.groups_per_row();
+  const DType rounding = in_scale_dtype ? w.scale_dtype : DType::F32;
+  for (int64_t row = row_begin; row < row_end; ++row) {
+    const int64_t stored = expert * w.rows + row;
+    const uint8_t* packed = w.packed + stored * row_bytes;
+    float* dst = out + (row - row_begin) * w.cols;
+    for (int64_t k = 0; k < w.cols; ++k) {
+      const int64_t first_bit = k * bits;
+      const int64_t byte = first_bit / 8;
+      uint32_t window = packed[byte];
+      if (byte + 1 < row_bytes) window |= static_cast<uint32_t>(packed[byte + 1]) << 8;
+      const auto q = static_cast<float>((window >> (first_bit % 8)) & mask);
+      const int64_t g = stored * groups + k / w.format.group_size;
+      const float product = round_to_dtype(rounding, read_scale(w.scales, w.scale_dtype, g) * q);
+      dst[k] = round_to_dtype(rounding, product + read_scale(w.biases, w.scale_dtype, g));
+    }
+  }
+}
+
+// Quantizes one row the way MLX's CPU quantizer does: all arithmetic in fp32, q rounded half to
+// even, the edge value (the larger-magnitude extreme) kept exact.
+void quantize_row(const float* weights, int64_t cols, QuantFormat format, DType scale_dtype,
+                  uint8_t* packed, void* scales, void* biases, int64_t group_index) {
+  const int bits = format.bits;
+  const float max_q = static_cast<float>((1 << bits) - 1);
+  const int64_t row_bytes = cols * bits / 8;
+  std::memset(packed, 0, row_bytes);
+  for (int64_t g = 0; g < cols / format.group_size; ++g) {
+    const float* group = weights + g * format.group_size;
+    float w_min = std::numeric_limits<float>::infinity();
+    float w_max = -w_min;
+    for (int64_t k = 0; k < format.group_size; ++k) {
+      w_max = std::max(w_max, group[k]);
+      w_min = std::min(w_min, group[k]);
+    }
+    const bool min_is_edge = std::abs(w_min) > std::abs(w_max);
+    float scale = std::max((w_max - w_min) / max_q, 1e-7f);
+    scale = min_is_edge ? scale : -scale;
+    const float edge = min_is_edge ? w_min : w_max;
+    const float q0 = std::rint(edge / scale);
+    float bias = 0.0f;
+    if (q0 != 0.0f) {
+      scale = edge / q0;
+      bias = edge;
+    }
+    for (int64_t k = 0; k < format.group_size; ++k) {
+      float q = std::rint((group[k] - bias) / scale);
+      q = std::min(std::max(q, 0.0f), max_q);
+      const uint32_t value = static_cast<uint32_t>(q);
+      const int64_t first_bit = (g * format.group_size + k) * bits;
+      const uint32_t shifted = value << (first_bit % 8);
+      packed[first_bit / 8] |= static_cast<uint8_t>(shifted);
+      if ((first_bit % 8) + bits > 8)
+        packed[first_bit / 8 + 1] |= static_cast<uint8_t>(shifted >> 8);
+    }
+    write_scale(scales, scale_dtype, group_index + g, scale);
+    write_scale(biases, scale_dtype, group_index + g, bias);
+  }
+}
+
+void run_quant_task(const cpu::KernelTable& table, const cpu::QuantTask& task, int64_t rows) {
+  default_pool().parallel_for(rows, row_grain(task.w->cols), [&](int64_t begin, int64_t end, int) {
+    table.quant_rows(task, begin, end);
+  });
+}
+
+template <typename Convert>
+void convert_in_parallel(int64_t n, Convert convert) {
+  constexpr int64_t kChunk = 1 << 16;
+  if (n <= 4 * kChunk) {
+    convert(0, n);
+    return;
+  }
+  default_pool().parallel_for(n, kChunk,
+                              [&](int64_t begin, int64_t end, int) { convert(begin, end); });
+}
+
+}  // namespace
+
+namespace cpu {
+const KernelTable& kernel_table(Isa isa) {
+  switch (isa) {
+    case Isa::avx512:
+      return kAvx512Kernels;
+    case Isa::avx2:
+      return kAvx2Kernels;
+    case Isa::scalar:
+      break;
+  }
+  return kRefKernels;
+}
+}  // namespace cpu
+
+void check_quant_format(const QuantFormat& format, const char* what) {
+  const int bits = format.bits;
+  if (bits != 2 && bits != 3 && bits != 4 && bits != 5 && bits != 6 && bits != 8) {
+    fail("{}: {} bits is not an MLX affine quantization (bits must be 2, 3, 4, 5, 6 or 8)", what,
+         bits);
+  }
+  const int group = format.group_size;
+  if (group != 32 && group != 64 && group != 128) {
+    fail("{}: group size {} is not supported (must be 32, 64 or 128)", what, group);
+  }
+}
+
+int64_t QuantMatrix::bytes_per_expert() const {
+  const int64_t scale_bytes = static_cast<int64_t>(dtype_size(scale_dtype));
+  return rows * (words_per_row() * 4 + 2 * groups_per_row() * scale_bytes);
+}
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::scalar:
+      return "scalar";
+    case Isa::avx2:
+      return "avx2";
+    case Isa::avx512:
+      return "avx512";
+  }
+  return "?";
+}
+
+Isa best_isa() {
+  static const Isa isa = detect_best_isa();
+  return isa;
+}
+
+void quantize(const float* weights, int64_t rows, int64_t cols, QuantFormat format,
+              DType scale_dtype, uint32_t* packed, void* scales, void* biases) {
+  check_quant_format(format, "quantize");
+  if (!is_scale_dtype(scale_dtype)) {
+    fail("quantize: scales must be BF16, F16 or F32, not {}", dtype_name(scale_dtype));
+  }
+  if (cols % format.group_size != 0) {
+    fail("quantize: {} columns are not a multiple of the group size {}", cols, format.group_size);
+  }
+  const int64_t row_bytes = cols * format.bits / 8;
+  const int64_t groups = cols / format.group_size;
+  auto* packed_bytes = reinterpret_cast<uint8_t*>(packed);
+  default_pool().parallel_for(rows, row_grain(cols), [&](int64_t begin, int64_t end, int) {
+    for (int64_t r = begin; r < end; ++r) {
+      quantize_row(weights + r * cols, cols, format, scale_dtype, packed_bytes + r * row_bytes,
+                   scales, biases, r * groups);
+    }
+  });
+}
+
+void dequantize_rows(const QuantMatrix& w, int64_t expert, int64_t row_begin, int64_t row_end,
+                     float* out) {
+  dequantize(w, expert, row_begin, row_end, out, false);
+}
+
+void dequantize_rows_mlx(const QuantMatrix& w, int64_t expert, int64_t row_begin, int64_t row_end,
+                         float* out) {
+  dequantize(w, expert, row_begin, row_end, out, true);
+}
+
+void qmatmul(const float* x, int64_t m, const QuantMatrix& w, float* y, int64_t expert) {
+  qmatmul_isa(best_isa(), x, m, w, y, expert);
+}
+
+void qmatmul_isa(Isa isa, const float* x, int64_t m, const QuantMatrix& w, float* y,
+                 int64_t expert) {
+  check_matrix(w, "qmatmul");
+  check_expert(expert, w.experts, "qmatmul");
+  check_isa(isa);
+  if (m <= 0) return;
+  PreparedActivations prepared;
+  prepare_activations(x, m, w, prepared);
+  std::vector<float*> y_rows(m);
+  for (int64_t i = 0; i < m; ++i) y_rows[i] = y + i * w.rows;
+  const cpu::QuantTask task{&w,
+                            expert,
+                            m,
+                            prepared.x_rows.data(),
+                            prepared.slot_rows.data(),
+                            prepared.sum_rows.data(),
+                            y_rows.data()};
+  run_quant_task(cpu::kernel_table(isa), task, w.rows);
+}
+
+void gather_qmatmul(const float* x, int64_t m, const int32_t* expert_ids, const QuantMatrix& w,
+                    float* y) {
+  gather_qmatmul_isa(best_isa(), x, m, expert_ids, w, y);
+}
+
+void gather_qmatmul_isa(Isa isa, const float* x, int64_t m, const int32_t* expert_ids,
+                        const QuantMatrix& w, float* y) {
+  check_matrix(w, "gather_qmatmul");
+  check_isa(isa);
+  if (m <= 0) return;
+  const auto segments = segments_by_expert(expert_ids, m, w.experts, "gather_qmatmul");
+  PreparedActivations prepared;
+  prepare_activations(x, m, w, prepared);
+  // Per segment, the pointer arrays the kernel reads, gathered from the prepared rows.
+  const int64_t count = static_cast<int64_t>(segments.size());
+  std::vector<const float*> x_rows(m), slot_rows(m), sum_rows(m);
+  std::vector<float*> y_rows(m);
+  std::vector<cpu::QuantTask> tasks(count);
+  int64_t offset = 0;
+  for (int64_t s = 0; s < count; ++s) {
+    for (int64_t k = 0; k < static_cast<int64_t>(segments[s].rows.size()); ++k) {
+      const int64_t r = segments[s].rows[k];
+      x_rows[offset + k] = prepared.x_rows[r];
+      slot_rows[offset + k] = prepared.slot_rows[r];
+      sum_rows[offset + k] = prepared.sum_rows[r];
+      y_rows[offset + k] = y + r * w.rows;
+    }
+    tasks[s] = {&w,
+                segments[s].expert,
+                static_cast<int64_t>(segments[s].rows.size()),
+                x_rows.data() + offset,
+                slot_rows.data() + offset,
+                sum_rows.data() + offset,
+                y_rows.data() + offset};
+    offset += static_cast<int64_t>(segments[s].rows.size());
+  }
+  const auto items = gather_items(segments, w.rows, row_grain(w.cols));
+  const cpu::KernelTable& table = cpu::kernel_table(isa);
+  default_pool().parallel_for(
+      static_cast<int64_t>(items.size()), 1, [&](int64_t begin, int64_t end, int) {
+        for (int64_t k = begin; k < end; ++k) {
+          const GatherItem& item = items[k];
+          table.quant_rows(tasks[item.segment], item.row_begin, item.row_end);
+        }
+      });
+}
+
+void matmul(const float* x, int64_t m, const DenseMatrix& w, float* y, int64_t expert) {
+  matmul_isa(best_isa(), x, m, w, y, expert);
+}
+
+void matmul_isa(Isa isa, const float* x, int64_t m, const DenseMatrix& w, float* y,
+                int64_t expert) {
+  check_matrix(w, "matmul");
+  check_expert(expert, w.experts, "matmul");
+  check_isa(isa);
+  if (m <= 0) return;
+  std::vector<const float*> x_rows(m);
+  std::vector<float*> y_rows(m);
+  for (int64_t i = 0; i < m; ++i) {
+    x_rows[i] = x + i * w.cols;
+    y_rows[i] = y + i * w.rows;
+  }
+  const cpu::DenseTask task{&w, expert, m, x_rows.data(), y_rows.data()};
+  const cpu::KernelTable& table = cpu::kernel_table(isa);
+  default_pool().parallel_for(w.rows, row_grain(w.cols), [&](int64_t begin, int64_t end, int) {
+    table.dense_rows(task, begin, end);
+  });
+}
+
+void gather_matmul(const float* x, int64_t m, const int32_t* expert_ids, const DenseMatrix& w,
+                   float* y) {
+  gather_matmul_isa(best_isa(), x, m, expert_ids, w, y);
+}
+
+void gather_matmul_isa(Isa isa, const float* x, int64_t m, const int32_t* expert_ids,
+                       const DenseMatrix& w, float* y) {
+  check_matrix(w, "gather_matmul");
+  check_isa(isa);
+  if (m <= 0) return;
+  const auto segments = segments_by_expert(expert_ids, m, w.experts, "gather_matmul");
+  const int64_t count = static_cast<int64_t>(segments.size());
+  std::vector<const float*> x_rows(m);
+  std::vector<float*> y_rows(m);
+  std::vector<cpu::DenseTask> tasks(count);
+  int64_t offset = 0;
+  for (int64_t s = 0; s < count; ++s) {
+    for (int64_t k = 0; k < static_cast<int64_t>(segments[s].rows.size()); ++k) {
+      const int64_t r = segments[s].rows[k];
+      x_rows[offset + k] = x + r * w.cols;
+      y_rows[offset + k] = y + r * w.rows;
+    }
+    tasks[s] = {&w, segments[s].expert, static_cast<int64_t>(segments[s].rows.size()),
+                x_rows.data() + offset, y_rows.data() + offset};
+    offset += static_cast<int64_t>(segments[s].rows.size());
+  }
+  const auto items = gather_items(segments, w.rows, row_grain(w.cols));
+  const cpu::KernelTable& table = cpu::kernel_table(isa);
+  default_pool().parallel_for(
+      static_cast<int64_t>(items.size()), 1, [&](int64_t begin, int64_t end, int) {
+        for (int64_t k = begin; k < end; ++k) {
+          const GatherItem& item = items[k];
+          table.dense_rows(tasks[item.segment], item.row_begin, item.row_end);
+        }
+      });
+}
+
+void bf16_to_f32(const void* src, int64_t n, float* dst) {
+  const auto* bytes = static_cast<const uint8_t*>(src);
+  const auto& table = cpu::kernel_table(best_isa());
+  convert_in_parallel(n, [&](int64_t begin, int64_t end) {
+    table.bf16_to_f32(bytes + 2 * begin, end - begin, dst + begin);
+  });
+}
+
+void f16_to_f32(const void* src, int64_t n, float* dst) {
+  const auto* bytes = static_cast<const uint8_t*>(src);
+  const auto& table = cpu::kernel_table(best_isa());
+  convert_in_parallel(n, [&](int64_t begin, int64_t end) {
+    table.f16_to_f32(bytes + 2 * begin, end - begin, dst + begin);
+  });
+}
+
+void f32_to_bf16(const float* src, int64_t n, void* dst) {
+  auto* bytes = static_cast<uint8_t*>(dst);
+  const auto& table = cpu::kernel_table(best_isa());
+  convert_in_parallel(n, [&](int64_t begin, int64_t end) {
+    table.f32_to_bf16(src + begin, end - begin, bytes + 2 * begin);
+  });
+}
+
+}  // namespace dspark::kernels

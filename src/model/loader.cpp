@@ -1,0 +1,80 @@
+#include "model/loader.h"
+
+#include "base/error.h"
+
+namespace dspark {
+
+ConfigReader::ConfigReader(const nlohmann::json& config, std::string source)
+    : config_(config), source_(std::move(source)) {}
+
+bool ConfigReader::has(const std::string& key) const {
+  return config_.contains(key) && !config_[key].is_null();
+}
+
+const nlohmann::json& ConfigReader::raw(const std::string& key) const {
+  if (!has(key)) fail("{}: missing field '{}'", source_, key);
+  return config_[key];
+}
+
+int64_t ConfigReader::integer(const std::string& key) const {
+  const nlohmann::json& value = raw(key);
+  if (!value.is_number_integer()) fail("{}: field '{}' must be an integer", source_, key);
+  return value.get<int64_t>();
+}
+
+int64_t ConfigReader::integer(const std::string& key, int64_t fallback) const {
+  return has(key) ? integer(key) : fallback;
+}
+
+double ConfigReader::number(const std::string& key) const {
+  const nlohmann::json& value = raw(key);
+  if (!value.is_number()) fail("{}: field '{}' must be a number", source_, key);
+  return value.get<double>();
+}
+
+double ConfigReader::number(const std::string& key, double fallback) const {
+  return has(key) ? number(key) : fallback;
+}
+
+bool ConfigReader::flag(const std::string& key, bool fallback) const {
+  if (!has(key)) return fallback;
+  const nlohmann::json& value = config_[key];
+  if (!value.is_boolean()) fail("{}: field '{}' must be true or false", source_, key);
+  return value.get<bool>();
+}
+
+std::string ConfigReader::string(const std::string& key, const std::string& fallback) const {
+  if (!has(key)) return fallback;
+  const nlohmann::json& value = config_[key];
+  if (!value.is_string()) fail("{}: field '{}' must be a string", source_, key);
+  return value.get<std::string>();
+}
+
+LinearWeights WeightLoader::linear(const std::string& path, int64_t out, int64_t in,
+                                   int64_t experts) {
+  LinearWeights linear = load_linear(checkpoint_, path, out, in, experts);
+  for (const char* suffix : {".weight", ".scales", ".biases", ".bias"}) used_.insert(path + suffix);
+  return linear;
+}
+
+std::vector<float> WeightLoader::floats(const std::string& name,
+                                        const std::vector<int64_t>& shape) {
+  used_.insert(name);
+  return load_floats(checkpoint_, name, shape);
+}
+
+const TensorView& WeightLoader::tensor(const std::string& name) {
+  used_.insert(name);
+  return checkpoint_.tensor(name);
+}
+
+void WeightLoader::check_all_used(const std::function<bool(const std::string&)>& ignored) const {
+  for (const std::string& name : checkpoint_.names()) {
+    if (used_.count(name) == 0 && !ignored(name)) {
+      fail("{}: unexpected tensor '{}': the model's config has no place for it", checkpoint_.path(),
+           name);
+    }
+  }
+}
+
+}  // namespace dspark

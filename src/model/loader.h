@@ -1,0 +1,57 @@
+#pragma once
+// Helpers shared by the architecture loaders: typed config.json fields with errors naming the
+// field, and a weight loader that remembers which tensors it bound so that a checkpoint holding
+// tensors the architecture does not use is refused by name.
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "formats/checkpoint.h"
+#include "model/weights.h"
+
+namespace dspark {
+
+class ConfigReader {
+ public:
+  ConfigReader(const nlohmann::json& config, std::string source);
+
+  // True when the key exists and is not null.
+  bool has(const std::string& key) const;
+  int64_t integer(const std::string& key) const;
+  int64_t integer(const std::string& key, int64_t fallback) const;
+  double number(const std::string& key) const;
+  double number(const std::string& key, double fallback) const;
+  bool flag(const std::string& key, bool fallback) const;
+  std::string string(const std::string& key, const std::string& fallback) const;
+  const nlohmann::json& raw(const std::string& key) const;
+  const std::string& source() const { return source_; }
+
+ private:
+  const nlohmann::json& config_;
+  std::string source_;
+};
+
+class WeightLoader {
+ public:
+  explicit WeightLoader(const Checkpoint& checkpoint) : checkpoint_(checkpoint) {}
+
+  const Checkpoint& checkpoint() const { return checkpoint_; }
+  bool has(const std::string& name) const { return checkpoint_.has(name); }
+  // load_linear, remembering the module's tensors.
+  LinearWeights linear(const std::string& path, int64_t out, int64_t in, int64_t experts = 0);
+  // load_floats, remembering the tensor.
+  std::vector<float> floats(const std::string& name, const std::vector<int64_t>& shape);
+  // A tensor to be read by the caller, remembered.
+  const TensorView& tensor(const std::string& name);
+  // Throws naming the first checkpoint tensor that was not bound and is not `ignored`.
+  void check_all_used(const std::function<bool(const std::string&)>& ignored) const;
+
+ private:
+  const Checkpoint& checkpoint_;
+  std::set<std::string> used_;
+};
+
+}  // namespace dspark

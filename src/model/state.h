@@ -1,0 +1,131 @@
+#pragma once
+// The per-sequence state of a model: a KV cache per attention layer and, per Mamba layer, the
+// conv window and the SSM state (shared spec nemotron_h.md §6).
+//
+// Storage: K/V, conv windows and SSM states are fp32. mlx-lm keeps K/V and the conv window in the
+// activation dtype (bf16); fp32 costs twice the KV memory (12 KiB per token for Nemotron Nano,
+// 3 GiB at 262144 tokens) but keeps our forward equal to an fp32 reference and keeps rows that
+// were computed together equal to rows computed one at a time.
+//
+// Rollback. Attention layers trim by moving the length back. Mamba layers cannot run backwards,
+// so a forward with recording on stores, per Mamba layer, the SSM state and conv window before the
+// run, the run's pre-conv xBC rows and the post-conv x, B, C and post-softplus dt rows
+// (speculative.md §7.2). trim() then rebuilds each Mamba layer by re-running only the recurrence
+// over the kept rows, one token at a time with the same kernel that one-token decoding uses, so
+// the rebuilt state is bit-identical to the state plain decoding of those tokens reaches.
+#include <cstdint>
+#include <vector>
+
+#include "kernels/ops.h"
+
+namespace dspark {
+
+struct StateLayout {
+  int64_t attention_layers = 0;
+  int64_t kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t mamba_layers = 0;
+  int64_t conv_channels = 0;
+  int64_t conv_kernel = 0;
+  kernels::SsmDims ssm;
+  int64_t max_context = 0;
+
+  int64_t kv_row() const { return kv_heads * head_dim; }
+  int64_t conv_window() const { return (conv_kernel - 1) * conv_channels; }
+  int64_t ssm_size() const { return ssm.heads * ssm.head_dim * ssm.state_size; }
+};
+
+struct MambaLayerState {
+  std::vector<float> conv;  // [conv_kernel - 1, conv_channels], raw xBC rows, oldest first
+  std::vector<float> ssm;   // [heads, head_dim, state_size]
+};
+
+// What one recorded forward fed into one Mamba layer's recurrence.
+struct MambaRecord {
+  std::vector<float> ssm_before;   // SSM state before the run
+  std::vector<float> conv_before;  // conv window before the run
+  std::vector<float> A;            // [heads] = -exp(A_log)
+  std::vector<float> xbc;          // [rows, conv_channels] pre-conv inputs
+  std::vector<float> x;            // [rows, heads, head_dim] post-conv, post-SiLU
+  std::vector<float> B;            // [rows, groups, state_size]
+  std::vector<float> C;            // [rows, groups, state_size]
+  std::vector<float> dt;           // [rows, heads] after softplus and clamp
+};
+
+// A copy of a state's contents (K/V up to its length), for prefix caching and tests.
+struct StateSnapshot {
+  int64_t length = 0;
+  std::vector<std::vector<float>> keys;
+  std::vector<std::vector<float>> values;
+  std::vector<MambaLayerState> mamba;
+};
+
+class ModelState {
+ public:
+  ModelState() = default;
+  explicit ModelState(const StateLayout& layout);
+
+  const StateLayout& layout() const { return layout_; }
+  // Tokens processed so far (= positions in every KV cache).
+  int64_t length() const { return length_; }
+  bool has_recurrent_layers() const { return layout_.mamba_layers > 0; }
+
+  // Back to an empty sequence (zero conv windows and SSM states).
+  void reset();
+
+  // Speculative rollback support: while recording is on, every forward of more than one token
+  // records its Mamba inputs (replacing the previous record); a one-token forward or a forward
+  // with recording off drops the record.
+  void set_recording(bool on) { recording_ = on; }
+  bool recording() const { return recording_; }
+  // The recorded run, if any: positions [record_start, record_start + record_rows).
+  bool has_record() const { return record_valid_; }
+  int64_t record_start() const { return record_start_; }
+  int64_t record_rows() const { return record_rows_; }
+
+  // Moves the sequence back to `new_length` tokens. Attention caches only need the length; Mamba
+  // layers are rebuilt from the record of the last forward, which must cover new_length
+  // (record_start <= new_length and the record ends at length()). Throws otherwise.
+  void trim(int64_t new_length);
+  // Rebuilds every Mamba layer to the state after the first `keep` rows of the recorded run
+  // (0 <= keep <= record_rows). trim() calls this; it does not change length().
+  void rebuild_mamba_to(int64_t keep);
+
+  StateSnapshot snapshot() const;
+  // Throws when the snapshot was taken from a state of another layout.
+  void restore(const StateSnapshot& snapshot);
+
+  // --- used by the model forward ---
+  // Makes room for `tokens` positions in every KV cache; throws past max_context.
+  void reserve(int64_t tokens);
+  float* keys(int64_t attention_layer) { return keys_[attention_layer].data(); }
+  float* values(int64_t attention_layer) { return values_[attention_layer].data(); }
+  MambaLayerState& mamba(int64_t mamba_layer) { return mamba_[mamba_layer]; }
+  const MambaLayerState& mamba(int64_t mamba_layer) const { return mamba_[mamba_layer]; }
+  // Called once at the start of a forward of `rows` tokens: starts a record (capturing every
+  // Mamba layer's state) when recording is on and rows > 1, else drops the record.
+  void begin_forward(int64_t rows);
+  // True while the current forward is being recorded.
+  bool recording_forward() const { return record_valid_ && recording_active_; }
+  MambaRecord& record(int64_t mamba_layer) { return records_[mamba_layer]; }
+  // Called after each processed chunk of a forward.
+  void advance(int64_t rows);
+  // Called at the end of a forward.
+  void end_forward();
+
+ private:
+  StateLayout layout_;
+  int64_t length_ = 0;
+  int64_t capacity_ = 0;
+  std::vector<std::vector<float>> keys_;    // per attention layer [capacity, kv_heads, head_dim]
+  std::vector<std::vector<float>> values_;  // same
+  std::vector<MambaLayerState> mamba_;
+  bool recording_ = false;
+  bool recording_active_ = false;  // inside a forward that is being recorded
+  bool record_valid_ = false;
+  int64_t record_start_ = 0;
+  int64_t record_rows_ = 0;
+  std::vector<MambaRecord> records_;
+};
+
+}  // namespace dspark

@@ -1,0 +1,47 @@
+#pragma once
+// The drafter interface every draft source plugs into (lookup, DSpark, DFlash, and the test
+// drafters): propose up to `cap` tokens after the pending token, with the distributions they were
+// drawn from when sampling. The one verify loop (verify.h) owns acceptance and rollback; drafters
+// only see what was committed.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/sampler.h"
+
+namespace dspark {
+
+struct Draft {
+  std::vector<int32_t> tokens;
+  // proposals[i]: the distribution tokens[i] was sampled from, truncated like the target's. Empty
+  // means point masses (lookup copies, argmax drafts): q = δ(tokens[i]).
+  std::vector<TokenDistribution> proposals;
+  bool from_lookup = false;
+};
+
+struct DraftRequest {
+  // Every committed token so far: prompt, then generated tokens; the last one is pending (already
+  // emitted, not yet run through the target).
+  const std::vector<int32_t>& committed;
+  int cap = 0;
+  const SamplingParams& sampling;
+  Rng& rng;
+};
+
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+  virtual std::string name() const = 0;
+  // Target layers whose residual stream (taps) the drafter reads; empty for none.
+  virtual std::vector<int> tap_layers() const { return {}; }
+  // The target processed `n` tokens (prompt chunks, or the pending token plus accepted drafts of a
+  // round); taps holds [n, tap_layers().size() * hidden] rows when tap_layers() is non-empty.
+  virtual void on_target_rows(const int32_t* tokens, int64_t n, const float* taps) {
+    (void)tokens, (void)n, (void)taps;
+  }
+  virtual Draft propose(const DraftRequest& request) = 0;
+  // The target verified `drafted` of this drafter's tokens and accepted the first `accepted`.
+  virtual void on_verified(int drafted, int accepted) { (void)drafted, (void)accepted; }
+};
+
+}  // namespace dspark

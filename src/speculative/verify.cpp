@@ -1,0 +1,268 @@
+#include "speculative/verify.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "base/error.h"
+#include "base/system_info.h"
+
+namespace dspark {
+
+double SpeculativeStats::tokens_per_round(int64_t generated_tokens) const {
+  const int64_t forwards = rounds + plain_steps;
+  // The first generated token comes from prefill, not from a round.
+  return forwards > 0 ? double(generated_tokens - 1) / forwards : 0.0;
+}
+
+bool accept_sampled(const TokenDistribution& target, const TokenDistribution* proposal,
+                    int32_t token, double uniform, TokenDistribution& residual) {
+  const double p = target.prob_of(token);
+  const double q = proposal != nullptr ? proposal->prob_of(token) : 1.0;
+  if (uniform < std::min(1.0, p / std::max(q, 1e-9))) return true;
+  // Residual max(p − q, 0), renormalised; q is zero outside its support.
+  std::unordered_map<int32_t, float> q_of;
+  if (proposal != nullptr) {
+    for (size_t i = 0; i < proposal->ids.size(); ++i) q_of[proposal->ids[i]] = proposal->probs[i];
+  } else {
+    q_of[token] = 1.0f;
+  }
+  residual.ids.clear();
+  residual.probs.clear();
+  double total = 0.0;
+  for (size_t i = 0; i < target.ids.size(); ++i) {
+    auto found = q_of.find(target.ids[i]);
+    const double mass = target.probs[i] - (found != q_of.end() ? found->second : 0.0);
+    if (mass > 0.0) {
+      residual.ids.push_back(target.ids[i]);
+      residual.probs.push_back(static_cast<float>(mass));
+      total += mass;
+    }
+  }
+  if (total <= 1e-12) {
+    residual = target;
+    return false;
+  }
+  for (float& prob : residual.probs) prob = static_cast<float>(prob / total);
+  return false;
+}
+
+SpeculativeGenerator::SpeculativeGenerator(const Model& model, Drafter& drafter, CapPolicy& caps,
+                                           SpeculativeOptions options)
+    : model_(model), drafter_(drafter), caps_(caps), options_(std::move(options)) {}
+
+namespace {
+
+// One verify row's decision.
+struct RowChoice {
+  int32_t token = 0;
+  bool accepted_draft = false;
+};
+
+bool is_eos(const GenerationConfig& config, int32_t id) {
+  return std::find(config.eos_ids.begin(), config.eos_ids.end(), id) != config.eos_ids.end();
+}
+
+bool penalties_active(const SamplingParams& params) {
+  return params.repetition_penalty != 1.0f || params.presence_penalty != 0.0f ||
+         params.frequency_penalty != 0.0f;
+}
+
+}  // namespace
+
+GenerationResult SpeculativeGenerator::generate(const std::vector<int32_t>& prompt,
+                                                ModelState& state, const GenerationConfig& config,
+                                                const TokenCallback& on_token) {
+  stats_ = SpeculativeStats{};
+  if (prompt.empty()) fail("the prompt is empty: at least one token is needed");
+  if (state.length() >= static_cast<int64_t>(prompt.size())) {
+    fail("the state already holds {} tokens of a {}-token prompt; at least one must be new",
+         state.length(), prompt.size());
+  }
+  const int64_t vocab = model_.vocab_size();
+  for (int32_t id : prompt) {
+    if (id < 0 || id >= vocab) fail("prompt token id {} is outside the vocabulary [0, {})", id, vocab);
+  }
+  GenerationResult result;
+  result.stats.prompt_tokens = static_cast<int64_t>(prompt.size());
+  result.stats.cached_prompt_tokens = state.length();
+  if (config.max_tokens <= 0) return result;
+
+  const SamplingParams& sampling = config.sampling;
+  const std::vector<int> taps = drafter_.tap_layers();
+  Rng rng(sampling.seed);
+  TokenCounts counts;
+  std::vector<int32_t> committed = prompt;
+  ForwardOutput output;
+
+  const double prefill_start = now_seconds();
+  const int64_t start = state.length();
+  const int64_t new_tokens = static_cast<int64_t>(prompt.size()) - start;
+  model_.forward(prompt.data() + start, new_tokens, state, {new_tokens - 1}, taps, output);
+  ++stats_.target_forwards;
+  drafter_.on_target_rows(prompt.data() + start, new_tokens, output.taps.data());
+  result.stats.prefill_seconds = now_seconds() - prefill_start;
+  const double decode_start = now_seconds();
+
+  bool finished = false;
+  // Commits one token: reports it and decides whether generation ends here.
+  auto commit = [&](int32_t id, const float* raw_logits) {
+    CommittedToken token;
+    token.id = id;
+    token.logprob = logprob_of(raw_logits, vocab, id);
+    if (sampling.top_logprobs > 0) token.alternatives = top_logprobs(raw_logits, vocab, sampling.top_logprobs);
+    counts.add(id);
+    committed.push_back(id);
+    result.tokens.push_back(id);
+    ++result.stats.generated_tokens;
+    const bool keep_going = on_token(token);
+    if (is_eos(config, id)) {
+      result.finish_reason = FinishReason::eos;
+      finished = true;
+    } else if (!keep_going) {
+      result.finish_reason = FinishReason::stop;
+      finished = true;
+    } else if (result.stats.generated_tokens >= config.max_tokens) {
+      result.finish_reason = FinishReason::length;
+      finished = true;
+    }
+  };
+
+  {
+    std::vector<float> row = output.logits;
+    const int32_t first = sample_token(sampling, counts, row.data(), vocab, rng);
+    commit(first, output.logits.data());
+  }
+
+  std::vector<int32_t> rows;
+  std::vector<int64_t> logit_rows;
+  std::vector<float> penalized;
+  TokenDistribution residual;
+  while (!finished) {
+    if (state.length() + 1 >= model_.max_context()) {
+      result.finish_reason = FinishReason::length;
+      break;
+    }
+    const int64_t remaining = config.max_tokens - result.stats.generated_tokens;
+    // Drafts that can still be committed (plus the correction/bonus) and still fit the context.
+    const int64_t budget = std::min(remaining - 1, model_.max_context() - state.length() - 1);
+    Draft draft;
+    Drafter* source = nullptr;
+    const double draft_start = now_seconds();
+    if (budget > 0 && options_.lookup != nullptr) {
+      source = options_.lookup;
+      DraftRequest request{committed, static_cast<int>(std::min<int64_t>(budget, options_.lookup_cap)),
+                           sampling, rng};
+      draft = options_.lookup->propose(request);
+    }
+    int cap_used = 0;
+    if (budget > 0 && draft.tokens.empty()) {
+      cap_used = static_cast<int>(std::min<int64_t>(caps_.cap_for_round(), budget));
+      if (cap_used > 0) {
+        DraftRequest request{committed, cap_used, sampling, rng};
+        source = &drafter_;
+        draft = drafter_.propose(request);
+      }
+    }
+    if (static_cast<int64_t>(draft.tokens.size()) > budget) {
+      draft.tokens.resize(budget);
+      if (draft.proposals.size() > draft.tokens.size()) draft.proposals.resize(draft.tokens.size());
+    }
+    for (int32_t id : draft.tokens) {
+      if (id < 0 || id >= vocab) fail("drafter '{}' proposed token {} outside the vocabulary", drafter_.name(), id);
+    }
+    stats_.drafter_seconds += now_seconds() - draft_start;
+
+    const int64_t drafts = static_cast<int64_t>(draft.tokens.size());
+    const int64_t pending = committed.back();
+    rows.assign(1, static_cast<int32_t>(pending));
+    rows.insert(rows.end(), draft.tokens.begin(), draft.tokens.end());
+    logit_rows.resize(drafts + 1);
+    std::iota(logit_rows.begin(), logit_rows.end(), 0);
+    const int64_t length_before = state.length();
+    const double verify_start = now_seconds();
+    state.set_recording(drafts > 0);
+    model_.forward(rows.data(), drafts + 1, state, logit_rows, taps, output);
+    ++stats_.target_forwards;
+    stats_.verify_seconds += now_seconds() - verify_start;
+
+    // Acceptance, row by row; row i is penalised with the counts of everything before it.
+    std::vector<int32_t> to_commit;
+    int64_t accepted = 0;
+    TokenCounts row_counts;
+    const bool penalize = penalties_active(sampling);
+    if (penalize) row_counts = counts;
+    for (int64_t i = 0; i <= drafts; ++i) {
+      const float* raw = output.logits.data() + i * vocab;
+      penalized.assign(raw, raw + vocab);
+      if (penalize) {
+        if (i > 0) row_counts.add(draft.tokens[i - 1]);
+        apply_penalties(sampling, row_counts, penalized.data(), vocab);
+      }
+      if (sampling.greedy()) {
+        const int32_t choice = argmax(penalized.data(), vocab);
+        if (i < drafts && choice == draft.tokens[i]) {
+          ++accepted;
+          continue;
+        }
+        to_commit.push_back(choice);
+        break;
+      }
+      const TokenDistribution target = target_distribution(sampling, penalized.data(), vocab);
+      if (i == drafts) {
+        to_commit.push_back(sample_from(target, rng.uniform()));
+        break;
+      }
+      const TokenDistribution* proposal =
+          draft.proposals.empty() ? nullptr : &draft.proposals[static_cast<size_t>(i)];
+      if (accept_sampled(target, proposal, draft.tokens[i], rng.uniform(), residual)) {
+        ++accepted;
+        continue;
+      }
+      to_commit.push_back(sample_from(residual, rng.uniform()));
+      break;
+    }
+
+    // Statistics of the round.
+    if (drafts > 0) {
+      ++stats_.rounds;
+      if (draft.from_lookup) ++stats_.lookup_rounds;
+      stats_.drafted += drafts;
+      stats_.accepted += accepted;
+      if (static_cast<int64_t>(stats_.position_verified.size()) < drafts) {
+        stats_.position_verified.resize(drafts, 0);
+        stats_.position_accepted.resize(drafts, 0);
+      }
+      for (int64_t i = 0; i < drafts; ++i) ++stats_.position_verified[i];
+      for (int64_t i = 0; i < accepted; ++i) ++stats_.position_accepted[i];
+    } else {
+      ++stats_.plain_steps;
+    }
+    const int64_t committed_now = accepted + 1;
+    if (static_cast<int64_t>(stats_.committed_histogram.size()) <= committed_now) {
+      stats_.committed_histogram.resize(committed_now + 1, 0);
+    }
+    ++stats_.committed_histogram[committed_now];
+
+    // Commit the accepted drafts, then the correction or bonus, stopping where generation ends.
+    for (int64_t i = 0; i < accepted && !finished; ++i) {
+      commit(draft.tokens[i], output.logits.data() + i * vocab);
+    }
+    if (!finished) commit(to_commit.back(), output.logits.data() + accepted * vocab);
+
+    // Roll back to the accept point: pending plus the accepted drafts stay in the state.
+    const int64_t keep = accepted + 1;
+    if (keep < drafts + 1) state.trim(length_before + keep);
+    drafter_.on_target_rows(rows.data(), keep, output.taps.data());
+    if (drafts > 0) source->on_verified(static_cast<int>(drafts), static_cast<int>(accepted));
+    if (drafts > 0 && source == &drafter_ && !draft.from_lookup) {
+      caps_.on_round(cap_used, static_cast<int>(accepted), now_seconds() - draft_start,
+                     static_cast<int>(committed_now));
+    }
+    if (options_.after_round) options_.after_round(state);
+  }
+  result.stats.decode_seconds = now_seconds() - decode_start;
+  result.stats.peak_rss_bytes = peak_rss_bytes();
+  return result;
+}
+
+}  // namespace dspark

@@ -1,0 +1,93 @@
+#pragma once
+// The one verify loop (speculative.md §4–§7): every round drafts up to `cap` tokens after the
+// pending token, runs the target once over [pending, drafts], accepts the leading run the target
+// agrees with (greedy exact match, or lossless rejection sampling at T > 0), commits one more
+// target token (the correction, or the bonus after a full accept), and rolls the state back to the
+// accept point (KV trimmed; Mamba layers rebuilt bit-exactly from the recorded inputs).
+//
+// Output equals plain decoding's (engine/generator.h) token for token when greedy, and follows the
+// same target distribution when sampling: penalties are applied per verify row with the counts of
+// every token before that row, exactly as sequential decoding would.
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "engine/generator.h"
+#include "speculative/drafter.h"
+
+namespace dspark {
+
+struct SpeculativeStats {
+  int64_t rounds = 0;            // target forwards that verified at least one draft
+  int64_t plain_steps = 0;       // width-1 target forwards (no draft this round)
+  int64_t target_forwards = 0;   // including prefill chunks as one
+  int64_t drafted = 0;
+  int64_t accepted = 0;
+  int64_t lookup_rounds = 0;
+  double drafter_seconds = 0.0;
+  double verify_seconds = 0.0;
+  // position_verified[i] / position_accepted[i]: rounds in which draft slot i was verified /
+  // accepted (per-position acceptance).
+  std::vector<int64_t> position_verified;
+  std::vector<int64_t> position_accepted;
+  // committed_histogram[k]: rounds that committed k tokens.
+  std::vector<int64_t> committed_histogram;
+
+  // Tokens committed per round, counting every target forward after prefill as a round.
+  double tokens_per_round(int64_t generated_tokens) const;
+  double acceptance_rate() const { return drafted > 0 ? double(accepted) / drafted : 0.0; }
+};
+
+// Chooses the cap of each round. The loop also clips it to the remaining token budget.
+class CapPolicy {
+ public:
+  virtual ~CapPolicy() = default;
+  virtual int cap_for_round() = 0;
+  // A drafter (not lookup) round ended: `cap_used` drafts offered, `accepted` taken.
+  virtual void on_round(int cap_used, int accepted, double seconds, int committed) {
+    (void)cap_used, (void)accepted, (void)seconds, (void)committed;
+  }
+};
+
+class FixedCap : public CapPolicy {
+ public:
+  explicit FixedCap(int cap) : cap_(cap) {}
+  int cap_for_round() override { return cap_; }
+
+ private:
+  int cap_;
+};
+
+struct SpeculativeOptions {
+  // A lookup pre-step before the drafter (hybrid, --lookup-drafts); null for none. When set, a
+  // lookup hit is verified instead of running the drafter.
+  Drafter* lookup = nullptr;
+  int lookup_cap = 32;
+  // Called after every round with the state rolled back to the accept point (tests compare it
+  // with plain decoding's state at the same position).
+  std::function<void(const ModelState&)> after_round;
+};
+
+class SpeculativeGenerator {
+ public:
+  SpeculativeGenerator(const Model& model, Drafter& drafter, CapPolicy& caps,
+                       SpeculativeOptions options = {});
+
+  GenerationResult generate(const std::vector<int32_t>& prompt, ModelState& state,
+                            const GenerationConfig& config, const TokenCallback& on_token);
+  const SpeculativeStats& stats() const { return stats_; }
+
+ private:
+  const Model& model_;
+  Drafter& drafter_;
+  CapPolicy& caps_;
+  SpeculativeOptions options_;
+  SpeculativeStats stats_;
+};
+
+// Lossless acceptance of one draft token at T > 0: accept with probability min(1, p(x) / q(x)),
+// q = δ(x) when `proposal` is empty. On rejection, `residual` receives norm(max(p − q, 0)).
+bool accept_sampled(const TokenDistribution& target, const TokenDistribution* proposal,
+                    int32_t token, double uniform, TokenDistribution& residual);
+
+}  // namespace dspark

@@ -1,0 +1,34 @@
+#pragma once
+// Incremental decoding for generation: feed token ids one at a time and get back only text that
+// is final. Text is held back while it ends in an unfinished UTF-8 character (which the decoder
+// shows as U+FFFD), so no chunk ever carries half a character. Each step decodes the new tokens
+// together with the tokens of the previous step, so decoders that look at neighbours (Metaspace's
+// leading space, byte fallback runs, byte-level characters split over tokens) give the same text
+// as decoding everything at once.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "text/tokenizer.h"
+
+namespace dspark {
+
+class StreamingDetokenizer {
+ public:
+  StreamingDetokenizer(const Tokenizer& tokenizer, bool skip_special_tokens);
+
+  // Returns the text that `id` completes (possibly empty).
+  std::string push(int32_t id);
+  // Returns whatever is still held back, even an unfinished character (as U+FFFD), and resets.
+  std::string flush();
+  void reset();
+
+ private:
+  const Tokenizer& tokenizer_;
+  bool skip_special_tokens_;
+  std::vector<int32_t> context_;  // tokens of the last step that produced text
+  std::string context_text_;      // their decoding, already emitted
+  std::vector<int32_t> pending_;  // tokens whose text is not out yet
+};
+
+}  // namespace dspark

@@ -1,0 +1,336 @@
+#include "speculative/verify.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <random>
+
+#include "formats/model_store.h"
+#include "spec_models.h"
+#include "speculative/lookup.h"
+
+namespace dspark {
+namespace {
+
+using testing::Storage;
+
+// Proposes the plain greedy continuation (always right) or something else (always wrong).
+class OracleDrafter : public Drafter {
+ public:
+  OracleDrafter(std::vector<int32_t> plain, bool wrong, int64_t vocab)
+      : plain_(std::move(plain)), wrong_(wrong), vocab_(vocab) {}
+  std::string name() const override { return wrong_ ? "always-wrong" : "always-right"; }
+  Draft propose(const DraftRequest& request) override {
+    Draft draft;
+    for (size_t at = request.committed.size();
+         at < plain_.size() && static_cast<int>(draft.tokens.size()) < request.cap; ++at) {
+      draft.tokens.push_back(wrong_ ? static_cast<int32_t>((plain_[at] + 1) % vocab_) : plain_[at]);
+    }
+    if (wrong_ && draft.tokens.empty()) draft.tokens.assign(request.cap, 0);
+    return draft;
+  }
+
+ private:
+  std::vector<int32_t> plain_;
+  bool wrong_;
+  int64_t vocab_;
+};
+
+class RandomDrafter : public Drafter {
+ public:
+  RandomDrafter(int64_t vocab, uint32_t seed) : vocab_(vocab), rng_(seed) {}
+  std::string name() const override { return "random"; }
+  Draft propose(const DraftRequest& request) override {
+    Draft draft;
+    for (int i = 0; i < request.cap; ++i) draft.tokens.push_back(static_cast<int32_t>(rng_() % vocab_));
+    return draft;
+  }
+
+ private:
+  int64_t vocab_;
+  std::mt19937 rng_;
+};
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+bool same_state(const StateSnapshot& a, const StateSnapshot& b) {
+  if (a.length != b.length || a.keys.size() != b.keys.size() || a.mamba.size() != b.mamba.size()) {
+    return false;
+  }
+  for (size_t l = 0; l < a.keys.size(); ++l) {
+    if (!same_bits(a.keys[l], b.keys[l]) || !same_bits(a.values[l], b.values[l])) return false;
+  }
+  for (size_t l = 0; l < a.mamba.size(); ++l) {
+    if (!same_bits(a.mamba[l].conv, b.mamba[l].conv) || !same_bits(a.mamba[l].ssm, b.mamba[l].ssm)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Plain greedy decoding, keeping the state snapshot after every forward (indexed by length).
+struct PlainRun {
+  std::vector<int32_t> tokens;
+  std::map<int64_t, StateSnapshot> states;
+};
+
+PlainRun plain_run(const Model& model, const std::vector<int32_t>& prompt, int64_t max_tokens) {
+  PlainRun run;
+  ModelState state = model.new_state();
+  ForwardOutput out;
+  model.forward(prompt.data(), prompt.size(), state, {static_cast<int64_t>(prompt.size()) - 1}, {}, out);
+  run.states[state.length()] = state.snapshot();
+  for (int64_t i = 0; i < max_tokens; ++i) {
+    const int32_t next = argmax(out.logits.data(), model.vocab_size());
+    run.tokens.push_back(next);
+    if (i + 1 == max_tokens) break;
+    model.forward(&next, 1, state, {0}, {}, out);
+    run.states[state.length()] = state.snapshot();
+  }
+  return run;
+}
+
+struct Counts {
+  int generations = 0;
+  int state_checks = 0;
+};
+
+// Speculative greedy output equals plain greedy output, and the state after every round equals
+// plain decoding's at the same length, for every drafter kind and cap 1..8.
+void check_lossless_greedy(const Model& model, const std::vector<std::vector<int32_t>>& prompts,
+                           int64_t max_tokens, const std::vector<int>& caps, Counts& counts) {
+  Generator plain_generator(model);
+  for (const auto& prompt : prompts) {
+    const PlainRun plain = plain_run(model, prompt, max_tokens);
+    {
+      // The Generator (what `dspark generate` runs) agrees with the hand-rolled plain loop.
+      ModelState state = model.new_state();
+      GenerationConfig config;
+      config.max_tokens = max_tokens;
+      auto result = plain_generator.generate(prompt, state, config, [](const CommittedToken&) { return true; });
+      ASSERT_EQ(result.tokens, plain.tokens);
+    }
+    std::vector<int32_t> full = prompt;
+    full.insert(full.end(), plain.tokens.begin(), plain.tokens.end());
+    for (int kind = 0; kind < 4; ++kind) {
+      for (int cap : caps) {
+        std::unique_ptr<Drafter> drafter;
+        if (kind == 0) drafter = std::make_unique<OracleDrafter>(full, false, model.vocab_size());
+        if (kind == 1) drafter = std::make_unique<OracleDrafter>(full, true, model.vocab_size());
+        if (kind == 2) drafter = std::make_unique<RandomDrafter>(model.vocab_size(), 100 + cap);
+        if (kind == 3) drafter = std::make_unique<LookupDrafter>(LookupParams{1, 2, cap, cap});
+        FixedCap fixed(cap);
+        SpeculativeOptions options;
+        options.after_round = [&](const ModelState& state) {
+          auto expected = plain.states.find(state.length());
+          ASSERT_NE(expected, plain.states.end()) << "no plain state at length " << state.length();
+          EXPECT_TRUE(same_state(state.snapshot(), expected->second))
+              << drafter->name() << " cap " << cap << ": state differs at length " << state.length();
+          ++counts.state_checks;
+        };
+        SpeculativeGenerator generator(model, *drafter, fixed, options);
+        ModelState state = model.new_state();
+        GenerationConfig config;
+        config.max_tokens = max_tokens;
+        auto result = generator.generate(prompt, state, config, [](const CommittedToken&) { return true; });
+        EXPECT_EQ(result.tokens, plain.tokens) << drafter->name() << " cap " << cap;
+        EXPECT_EQ(static_cast<int64_t>(result.tokens.size()), max_tokens);
+        if (kind == 0) {
+          EXPECT_GT(generator.stats().accepted, 0) << "cap " << cap;
+        }
+        if (kind == 1) {
+          EXPECT_EQ(generator.stats().accepted, 0) << "cap " << cap;
+        }
+        ++counts.generations;
+      }
+    }
+  }
+}
+
+std::vector<std::vector<int32_t>> test_prompts(int64_t vocab) {
+  std::mt19937 rng(77);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int p = 0; p < 3; ++p) {
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 6 + 3 * p; ++i) prompt.push_back(static_cast<int32_t>(rng() % vocab));
+    prompts.push_back(prompt);
+  }
+  // A repetitive prompt, so lookup drafts hit.
+  prompts.push_back({5, 6, 7, 8, 5, 6, 7, 8, 5, 6, 7, 8, 5, 6});
+  return prompts;
+}
+
+class LosslessGreedy : public ::testing::TestWithParam<Storage> {};
+
+TEST_P(LosslessGreedy, TinyNemotronEqualsPlainForEveryDrafterAndCap) {
+  testing::TinyCheckpoint checkpoint(31);
+  testing::fill_nemotron(checkpoint, "M*EMEM-");
+  const std::string dir = testing::write_stored(checkpoint, GetParam(),
+                                                GetParam() == Storage::bf16 ? "bf16" : "q4");
+  auto model = load_model(dir);
+  Counts counts;
+  check_lossless_greedy(*model, test_prompts(model->vocab_size()), 20, {1, 2, 3, 4, 5, 6, 7, 8}, counts);
+  EXPECT_EQ(counts.generations, 4 * 4 * 8);
+  EXPECT_GT(counts.state_checks, counts.generations);
+  std::filesystem::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Storages, LosslessGreedy, ::testing::Values(Storage::bf16, Storage::q4),
+                         [](const auto& info) { return info.param == Storage::bf16 ? "bf16" : "q4"; });
+
+TEST(LosslessGreedyDefaultModel, SmolLM2EqualsPlain) {
+  const std::string dir = (std::filesystem::path(models_dir()) / kDefaultModelName).string();
+  ASSERT_TRUE(std::filesystem::exists(dir + "/config.json"))
+      << "the default model is not installed at " << dir << "; run scripts/install_default_model.sh";
+  auto model = load_model(dir);
+  Counts counts;
+  // Token ids of chat-formatted prompts would do as well; fixed ids keep the test independent of
+  // the tokenizer. The last one repeats, so lookup drafts hit.
+  const std::vector<std::vector<int32_t>> prompts = {
+      {1, 4093, 198, 1780, 314, 260, 3575, 282, 4649, 47, 2, 198, 1, 520, 9531, 198},
+      {1, 4093, 198, 11865, 253, 28050, 563, 253, 1341, 30, 2, 198, 1, 520, 9531, 198},
+      {504, 2365, 314, 260, 2365, 314, 260, 2365, 314, 260, 2365}};
+  check_lossless_greedy(*model, prompts, 24, {1, 3, 5, 8}, counts);
+  EXPECT_EQ(counts.generations, 3 * 4 * 4);
+}
+
+TEST(LookupIndex, IncrementalEqualsBulkAndFindsLatestLongest) {
+  const std::vector<int32_t> tokens = {1, 2, 3, 4, 9, 1, 2, 3, 5, 7, 2, 3, 4, 1, 2, 3};
+  NGramIndex bulk(LookupParams{2, 3, 4, 0});
+  bulk.extend(tokens.data(), tokens.size());
+  NGramIndex incremental(LookupParams{2, 3, 4, 0});
+  for (int32_t id : tokens) incremental.extend(&id, 1);
+  EXPECT_EQ(bulk.propose(false), incremental.propose(false));
+  // Suffix "1 2 3" last occurred ending at index 8 (tokens 5..7): copy from there.
+  EXPECT_EQ(bulk.propose(false), (std::vector<int32_t>{5, 7, 2, 3}));
+  NGramIndex none(LookupParams{2, 3, 4, 0});
+  const std::vector<int32_t> unique = {1, 2, 3, 4};
+  none.extend(unique.data(), unique.size());
+  EXPECT_TRUE(none.propose(false).empty());
+}
+
+TEST(LookupIndex, LongDraftsScaleWithTheMatch) {
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 20; ++i) tokens.push_back(100 + i);
+  tokens.push_back(1);
+  for (int i = 0; i < 12; ++i) tokens.push_back(100 + i);  // re-emits a 12-token run
+  NGramIndex index(LookupParams{3, 4, 6, 32});
+  index.extend(tokens.data(), tokens.size());
+  EXPECT_EQ(index.propose(false).size(), 6u);
+  // The match extends back 12 tokens: up to 2 x 12 = 24, limited by what follows (8 + 1 + 12).
+  EXPECT_EQ(index.propose(true).size(), 21u);
+}
+
+// A drafter that samples from a fixed, deliberately wrong distribution (favouring the tokens the
+// target likes least) and reports it, for the lossless sampling test.
+class SkewedDrafter : public Drafter {
+ public:
+  explicit SkewedDrafter(int64_t vocab) {
+    for (int32_t id = 0; id < vocab; id += 7) {
+      q_.ids.push_back(id);
+      q_.probs.push_back(0.0f);
+    }
+    float total = 0;
+    for (size_t i = 0; i < q_.ids.size(); ++i) total += q_.probs[i] = 1.0f + static_cast<float>(i % 3);
+    for (float& p : q_.probs) p /= total;
+  }
+  std::string name() const override { return "skewed"; }
+  Draft propose(const DraftRequest& request) override {
+    Draft draft;
+    for (int i = 0; i < request.cap; ++i) {
+      draft.tokens.push_back(sample_from(q_, request.rng.uniform()));
+      draft.proposals.push_back(q_);
+    }
+    return draft;
+  }
+
+ private:
+  TokenDistribution q_;
+};
+
+double chi_square_critical(int df) {  // p = 0.001, Wilson-Hilferty
+  const double z = 3.090232, k = df;
+  const double term = 1.0 - 2.0 / (9.0 * k) + z * std::sqrt(2.0 / (9.0 * k));
+  return k * term * term * term;
+}
+
+TEST(LosslessSampling, FirstTwoTokensFollowTheTargetWithAWrongDrafter) {
+  testing::TinyCheckpoint checkpoint(57);
+  testing::fill_nemotron(checkpoint, "M*E");
+  auto model = load_model(checkpoint.write());
+  const int64_t vocab = model->vocab_size();
+  SamplingParams sampling;
+  sampling.temperature = 0.8f;
+  sampling.top_k = 6;
+  const std::vector<int32_t> prompt = {3, 14, 15, 92, 65};
+
+  // The exact joint distribution of the first two tokens under plain sampling.
+  ModelState state = model->new_state();
+  ForwardOutput out;
+  model->forward(prompt.data(), prompt.size(), state, {4}, {}, out);
+  const TokenDistribution first = target_distribution(sampling, out.logits.data(), vocab);
+  const StateSnapshot after_prompt = state.snapshot();
+  std::map<std::pair<int32_t, int32_t>, double> expected;
+  for (size_t a = 0; a < first.ids.size(); ++a) {
+    state.restore(after_prompt);
+    model->forward(&first.ids[a], 1, state, {0}, {}, out);
+    const TokenDistribution second = target_distribution(sampling, out.logits.data(), vocab);
+    for (size_t b = 0; b < second.ids.size(); ++b) {
+      expected[{first.ids[a], second.ids[b]}] = double(first.probs[a]) * second.probs[b];
+    }
+  }
+
+  // Speculative samples: the prompt minus its last token is restored each time, so every sample
+  // is one prompt token, then one round with up to 3 drafts from the skewed drafter.
+  ModelState base = model->new_state();
+  model->forward(prompt.data(), prompt.size() - 1, base, {}, {}, out);
+  const StateSnapshot prefix = base.snapshot();
+  SkewedDrafter drafter(vocab);
+  FixedCap cap(3);
+  SpeculativeGenerator generator(*model, drafter, cap);
+  std::map<std::pair<int32_t, int32_t>, int> observed;
+  const int samples = 20000;
+  for (int s = 0; s < samples; ++s) {
+    ModelState run = model->new_state();
+    run.restore(prefix);
+    GenerationConfig config;
+    config.sampling = sampling;
+    config.sampling.seed = 1000 + s;
+    config.max_tokens = 8;
+    int seen = 0;
+    auto result = generator.generate(prompt, run, config, [&](const CommittedToken&) { return ++seen < 2; });
+    ASSERT_GE(result.tokens.size(), 2u);
+    ++observed[{result.tokens[0], result.tokens[1]}];
+  }
+  // Chi-square over cells with an expected count of at least 5; the rest pooled.
+  double chi = 0, pooled_expected = 0, pooled_observed = 0;
+  int cells = 0;
+  for (const auto& [pair, p] : expected) {
+    const double e = p * samples;
+    const double o = observed.count(pair) ? observed[pair] : 0;
+    if (e >= 5) {
+      chi += (o - e) * (o - e) / e;
+      ++cells;
+    } else {
+      pooled_expected += e;
+      pooled_observed += o;
+    }
+  }
+  for (const auto& [pair, count] : observed) {
+    EXPECT_TRUE(expected.count(pair)) << "sampled a pair outside the target's support";
+  }
+  if (pooled_expected > 0) {
+    chi += (pooled_observed - pooled_expected) * (pooled_observed - pooled_expected) / pooled_expected;
+    ++cells;
+  }
+  EXPECT_LT(chi, chi_square_critical(cells - 1)) << cells << " cells";
+  EXPECT_GT(generator.stats().drafted, 0);
+}
+
+}  // namespace
+}  // namespace dspark
