@@ -13,7 +13,8 @@
 #include "engine/generator.h"
 #include "engine/model_bundle.h"
 #include "engine/stop_strings.h"
-#include "formats/model_store.h"
+#include "hub/resolve.h"
+#include "speculative/decode.h"
 #include "text/chat_template.h"
 #include "text/detokenizer_stream.h"
 
@@ -38,7 +39,26 @@ struct GenerateOptions {
   bool no_chat_template = false;
   std::vector<std::string> stop;
   int threads = 0;
+  bool ignore_eos = false;
+  std::string mode = "baseline";
+  std::string max_draft;
 };
+
+DecodeOptions decode_options(const GenerateOptions& options) {
+  DecodeOptions decode;
+  decode.mode = parse_decode_mode(options.mode);
+  if (options.max_draft == "auto") {
+    decode.auto_cap = true;
+  } else if (!options.max_draft.empty()) {
+    try {
+      decode.max_draft = std::stoi(options.max_draft);
+    } catch (const std::exception&) {
+      fail("--max-draft must be a number or 'auto', not '{}'", options.max_draft);
+    }
+    if (*decode.max_draft < 0) fail("--max-draft must not be negative");
+  }
+  return decode;
+}
 
 std::vector<int32_t> build_prompt(const ModelBundle& bundle, const GenerateOptions& options) {
   if (options.no_chat_template || bundle.chat_template.empty()) {
@@ -73,7 +93,11 @@ void run_generate(const GenerateOptions& options) {
     resolved.prompt.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   }
   const double load_start = now_seconds();
-  auto bundle = load_model_bundle(resolve_model(options.model, models_dir(options.models_dir)));
+  DecodeSetup setup;
+  setup.options = decode_options(options);
+  ResolveOptions resolve;
+  resolve.models_dir = options.models_dir;
+  auto bundle = load_model_bundle(resolve_model_or_download(options.model, resolve));
   const double load_seconds = now_seconds() - load_start;
   const std::vector<int32_t> prompt = build_prompt(*bundle, resolved);
   if (static_cast<int64_t>(prompt.size()) >= bundle->model->max_context()) {
@@ -82,7 +106,7 @@ void run_generate(const GenerateOptions& options) {
   }
   GenerationConfig config;
   config.max_tokens = options.max_tokens;
-  config.eos_ids = bundle->eos_ids;
+  if (!options.ignore_eos) config.eos_ids = bundle->eos_ids;
   config.sampling.temperature = options.temperature;
   config.sampling.top_p = options.top_p;
   config.sampling.top_k = options.top_k;
@@ -94,9 +118,9 @@ void run_generate(const GenerateOptions& options) {
 
   StreamingDetokenizer detokenizer(*bundle->tokenizer, /*skip_special_tokens=*/true);
   StopStringMatcher stops(options.stop);
-  Generator generator(*bundle->model);
   ModelState state = bundle->model->new_state();
-  auto result = generator.generate(prompt, state, config, [&](const CommittedToken& token) {
+  DecodeStats decode_stats;
+  auto result = run_generation(*bundle->model, prompt, state, config, setup, [&](const CommittedToken& token) {
     if (std::find(config.eos_ids.begin(), config.eos_ids.end(), token.id) != config.eos_ids.end()) {
       return true;
     }
@@ -104,7 +128,7 @@ void run_generate(const GenerateOptions& options) {
     std::fwrite(piece.emit.data(), 1, piece.emit.size(), stdout);
     std::fflush(stdout);
     return !piece.stopped;
-  });
+  }, &decode_stats);
   if (result.finish_reason != FinishReason::stop) {
     std::string rest = stops.push(detokenizer.flush()).emit + stops.flush();
     std::fwrite(rest.data(), 1, rest.size(), stdout);
@@ -120,6 +144,13 @@ void run_generate(const GenerateOptions& options) {
   fmt::print(stderr, "Generation: {} tokens, {:.1f} tokens-per-sec (finish: {})\n",
              stats.generated_tokens, stats.decode_tokens_per_second(),
              finish_reason_name(result.finish_reason));
+  if (decode_stats.mode != DecodeMode::baseline) {
+    const SpeculativeStats& spec = decode_stats.speculative;
+    fmt::print(stderr, "Speculative: mode {}, cap {}, {} rounds + {} plain steps, {:.2f} tokens/round, "
+               "{:.0f}% of drafts accepted\n",
+               decode_mode_name(decode_stats.mode), decode_stats.cap, spec.rounds, spec.plain_steps,
+               spec.tokens_per_round(stats.generated_tokens), 100.0 * spec.acceptance_rate());
+  }
   fmt::print(stderr, "Peak memory: {:.3f} GB\n", stats.peak_rss_bytes / 1e9);
 }
 
@@ -151,6 +182,10 @@ void add_generate_command(CLI::App& app) {
   command->add_flag("--no-chat-template", options->no_chat_template, "Use the prompt as raw text");
   command->add_option("--stop", options->stop, "Stop string (repeatable)");
   command->add_option("--threads", options->threads, "Worker threads (default: all CPUs)");
+  command->add_flag("--ignore-eos", options->ignore_eos,
+                    "Keep generating past end-of-sequence tokens (for benchmarks)");
+  command->add_option("--mode", options->mode, "Decoding: baseline or lookup");
+  command->add_option("--max-draft", options->max_draft, "Drafts per round: a number or 'auto'");
   command->callback([options] { run_generate(*options); });
 }
 

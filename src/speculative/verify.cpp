@@ -144,7 +144,8 @@ GenerationResult SpeculativeGenerator::generate(const std::vector<int32_t>& prom
     }
     const int64_t remaining = config.max_tokens - result.stats.generated_tokens;
     // Drafts that can still be committed (plus the correction/bonus) and still fit the context.
-    const int64_t budget = std::min(remaining - 1, model_.max_context() - state.length() - 1);
+    const int64_t budget = std::min({remaining - 1, model_.max_context() - state.length() - 1,
+                                     kMaxDraftsPerRound});
     Draft draft;
     Drafter* source = nullptr;
     const double draft_start = now_seconds();

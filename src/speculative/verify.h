@@ -17,6 +17,10 @@
 
 namespace dspark {
 
+// Verify forwards stay at or below 32 rows: nemotron_h runs SSM scans of up to 32 rows one token
+// at a time (model/nemotron_h.cpp), which is what keeps verify rows bit-identical to decoding.
+constexpr int64_t kMaxDraftsPerRound = 31;
+
 struct SpeculativeStats {
   int64_t rounds = 0;            // target forwards that verified at least one draft
   int64_t plain_steps = 0;       // width-1 target forwards (no draft this round)

@@ -1,0 +1,392 @@
+#include "server/engine.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <random>
+
+#include "base/error.h"
+#include "base/system_info.h"
+#include "engine/stop_strings.h"
+#include "text/detokenizer_stream.h"
+
+namespace dspark::server {
+
+bool Job::wait(std::vector<OutputEvent>& events, std::optional<GenerationSummary>& done,
+               std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  ready_.wait_for(lock, timeout, [&] { return !events_.empty() || summary_.has_value(); });
+  for (auto& event : events_) events.push_back(std::move(event));
+  events_.clear();
+  if (summary_ && !delivered_) {
+    done = std::move(summary_);
+    delivered_ = true;
+  }
+  return delivered_;
+}
+
+void Job::push(std::vector<OutputEvent> events) {
+  if (events.empty()) return;
+  std::lock_guard lock(mutex_);
+  for (auto& event : events) {
+    if (event.kind == OutputEvent::Kind::kToolCallStart) saw_tool_call_ = true;
+    events_.push_back(std::move(event));
+  }
+  ready_.notify_all();
+}
+
+void Job::finish(GenerationSummary summary) {
+  std::lock_guard lock(mutex_);
+  summary_ = std::move(summary);
+  ready_.notify_all();
+}
+
+Engine::Engine(std::unique_ptr<ModelBundle> bundle, EngineOptions options, Metrics& metrics)
+    : bundle_(std::move(bundle)),
+      options_(std::move(options)),
+      metrics_(metrics),
+      context_window_(options_.context_window > 0
+                          ? std::min(options_.context_window, bundle_->model->max_context())
+                          : bundle_->model->max_context()),
+      cache_(*bundle_->model, options_.prefix_cache) {
+  if (!bundle_->chat_template.empty()) {
+    template_.emplace(bundle_->chat_template, bundle_->name + " chat template");
+  }
+  thread_ = std::thread([this] { worker(); });
+}
+
+Engine::~Engine() { shutdown(); }
+
+void Engine::shutdown() {
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_ && !thread_.joinable()) return;
+    stopping_ = true;
+    for (auto& job : queue_) job->cancel();
+    if (running_) running_->cancel();
+  }
+  work_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+PreparedPrompt Engine::prepare(const ChatRequest& request) const {
+  PreparedPrompt prepared;
+  const Tokenizer& tokenizer = *bundle_->tokenizer;
+  if (request.raw_prompt) {
+    prepared.text = *request.raw_prompt;
+    prepared.ids = tokenizer.encode(prepared.text, /*add_special_tokens=*/true);
+  } else {
+    if (!template_) throw ApiError(400, "this model has no chat template; use /v1/completions");
+    ChatTemplateInputs inputs;
+    inputs.messages = request.messages;
+    inputs.tools = request.tools;
+    inputs.kwargs = request.template_kwargs;
+    if (!inputs.kwargs.contains("enable_thinking")) {
+      const std::optional<bool> thinking =
+          request.enable_thinking ? request.enable_thinking : options_.default_thinking;
+      if (thinking) inputs.kwargs["enable_thinking"] = *thinking;
+    }
+    if (!bundle_->bos_token.empty()) inputs.bos_token = bundle_->bos_token;
+    if (!bundle_->eos_token.empty()) inputs.eos_token = bundle_->eos_token;
+    inputs.add_generation_prompt = true;
+    try {
+      prepared.text = template_->render(inputs);
+      prepared.ids = tokenizer.encode(prepared.text, /*add_special_tokens=*/false);
+      if (cache_.enabled() && cache_.checkpointed()) {
+        // The conversation rendered as history (no generation prompt) is what the next turn
+        // will share; checkpointing there lets that turn reuse the state.
+        inputs.add_generation_prompt = false;
+        const auto history = tokenizer.encode(template_->render(inputs), false);
+        prepared.stable_boundary = static_cast<int64_t>(common_prefix(history, prepared.ids));
+      }
+    } catch (const Error& e) {
+      throw ApiError(400, fmt::format("could not apply chat template: {}", e.what()));
+    }
+    prepared.parser = ChatOutputParser::configure(template_->source(), prepared.text,
+                                                  request.tools);
+  }
+  const int64_t n = static_cast<int64_t>(prepared.ids.size());
+  if (n == 0) throw ApiError(400, "the prompt is empty", "", "prompt");
+  if (n >= context_window_) {
+    const std::string message =
+        request.dialect == Dialect::anthropic
+            ? fmt::format("prompt is too long: {} tokens > {} maximum", n, context_window_ - 1)
+            : fmt::format(
+                  "This model's maximum context length is {} tokens. However, your messages "
+                  "resulted in {} tokens. Please reduce the length of the messages.",
+                  context_window_, n);
+    ApiError error(400, message, "context_length_exceeded", "messages");
+    error.extra = {{"n_prompt_tokens", n}, {"n_ctx", context_window_}};
+    throw error;
+  }
+  return prepared;
+}
+
+GenerationConfig Engine::generation_config(const ChatRequest& request,
+                                           int64_t prompt_tokens) const {
+  GenerationConfig config;
+  config.eos_ids = bundle_->eos_ids;
+  int64_t max_tokens = request.max_tokens ? std::clamp<int64_t>(*request.max_tokens, 1,
+                                                                options_.max_tokens_cap)
+                                          : options_.default_max_tokens;
+  config.max_tokens = std::max<int64_t>(1, std::min(max_tokens, context_window_ - prompt_tokens));
+  SamplingParams& s = config.sampling;
+  const auto& defaults = bundle_->generation_defaults;
+  const bool config_samples = defaults.is_object() && defaults.value("do_sample", true) &&
+                              defaults.contains("temperature") &&
+                              defaults["temperature"].is_number();
+  auto from_config = [&](const char* key) -> std::optional<double> {
+    if (config_samples && defaults.contains(key) && defaults[key].is_number()) {
+      return defaults[key].get<double>();
+    }
+    return std::nullopt;
+  };
+  const RequestSampling& r = request.sampling;
+  if (r.temperature) s.temperature = *r.temperature;
+  else if (options_.default_temperature) s.temperature = *options_.default_temperature;
+  else if (auto t = from_config("temperature")) s.temperature = static_cast<float>(*t);
+  if (r.top_p) s.top_p = *r.top_p;
+  else if (options_.default_top_p) s.top_p = *options_.default_top_p;
+  else if (auto p = from_config("top_p")) s.top_p = static_cast<float>(*p);
+  if (r.top_k) s.top_k = *r.top_k;
+  else if (options_.default_top_k) s.top_k = *options_.default_top_k;
+  else if (auto k = from_config("top_k")) s.top_k = static_cast<int>(*k);
+  if (r.min_p) s.min_p = *r.min_p;
+  s.presence_penalty = r.presence_penalty;
+  s.frequency_penalty = r.frequency_penalty;
+  s.repetition_penalty = r.repetition_penalty;
+  s.seed = r.seed ? *r.seed : std::random_device{}();
+  s.top_logprobs = r.top_logprobs;
+  return config;
+}
+
+std::shared_ptr<Job> Engine::submit(ChatRequest request, PreparedPrompt prompt) {
+  auto job = std::make_shared<Job>();
+  job->arrival = now_seconds();
+  job->config = generation_config(request, static_cast<int64_t>(prompt.ids.size()));
+  job->request = std::move(request);
+  job->prompt = std::move(prompt);
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) throw ApiError(503, "the server is shutting down");
+    if (queue_.size() >= options_.max_queue) {
+      metrics_.count_rejected();
+      throw ApiError(429, fmt::format("the request queue is full ({} waiting); retry later",
+                                      queue_.size()));
+    }
+    queue_.push_back(job);
+  }
+  publish_queue();
+  work_.notify_one();
+  return job;
+}
+
+void Engine::publish_queue() {
+  std::lock_guard lock(mutex_);
+  metrics_.set_queue(static_cast<int64_t>(queue_.size()), running_ ? 1 : 0);
+}
+
+void Engine::worker() {
+  while (true) {
+    std::shared_ptr<Job> job;
+    {
+      std::unique_lock lock(mutex_);
+      work_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      job = queue_.front();
+      queue_.pop_front();
+      running_ = job;
+    }
+    publish_queue();
+    if (job->cancelled()) {
+      GenerationSummary summary;
+      summary.finish = Finish::cancelled;
+      summary.usage.prompt_tokens = static_cast<int64_t>(job->prompt.ids.size());
+      job->finish(std::move(summary));
+    } else {
+      run(*job);
+    }
+    {
+      std::lock_guard lock(mutex_);
+      running_.reset();
+    }
+    publish_queue();
+  }
+}
+
+namespace {
+
+// Counts the generated tokens that belong to reasoning: those before the end marker shows up in
+// the raw text (all of them if it never does).
+class ReasoningCounter {
+ public:
+  ReasoningCounter(const ChatOutputParser::Config& config) {
+    if (config.reasoning) {
+      active_ = true;
+      in_reasoning_ = config.starts_in_reasoning;
+      start_ = config.reasoning->start;
+      end_ = config.reasoning->end;
+    }
+  }
+  void add(const std::string& piece) {
+    if (!active_ || done_) return;
+    text_ += piece;
+    if (!in_reasoning_) {
+      // Only a reply that opens with the start marker reasons.
+      const size_t first = text_.find_first_not_of(" \t\r\n");
+      if (first == std::string::npos) return;
+      if (text_.compare(first, start_.size(), start_, 0,
+                        std::min(start_.size(), text_.size() - first)) != 0) {
+        done_ = true;
+        return;
+      }
+      if (text_.size() - first < start_.size()) return;
+      in_reasoning_ = true;
+    }
+    ++tokens_;
+    if (text_.find(end_) != std::string::npos) done_ = true;
+  }
+  int64_t tokens() const { return tokens_; }
+
+ private:
+  bool active_ = false;
+  bool in_reasoning_ = false;
+  bool done_ = false;
+  std::string start_, end_, text_;
+  int64_t tokens_ = 0;
+};
+
+}  // namespace
+
+void Engine::run(Job& job) {
+  job.started = now_seconds();
+  const Model& model = *bundle_->model;
+  const Tokenizer& tokenizer = *bundle_->tokenizer;
+  const auto& prompt = job.prompt.ids;
+  const int64_t prompt_len = static_cast<int64_t>(prompt.size());
+  GenerationSummary summary;
+  summary.usage.prompt_tokens = prompt_len;
+
+  CacheLease lease = cache_.acquire(prompt);
+  summary.usage.cached_tokens = lease.cached_tokens;
+  ModelState& state = lease.state;
+  std::vector<int32_t> generated;
+  try {
+    // Prefill all but the last prompt token here, in chunks (cancellation points), taking the
+    // prefix-cache checkpoints on the way; the generator runs the last token.
+    std::vector<int64_t> marks;
+    if (cache_.enabled() && cache_.checkpointed()) {
+      if (job.prompt.stable_boundary > state.length() && job.prompt.stable_boundary < prompt_len) {
+        marks.push_back(job.prompt.stable_boundary);
+      }
+      const int64_t rung = cache_.options().rung_interval;
+      for (int64_t at = rung; rung > 0 && at < prompt_len; at += rung) {
+        if (at > state.length()) marks.push_back(at);
+      }
+      std::sort(marks.begin(), marks.end());
+    }
+    ForwardOutput scratch;
+    size_t next_mark = 0;
+    const int64_t chunk = std::max<int64_t>(options_.prefill_chunk, 1);
+    while (state.length() < prompt_len - 1 && !job.cancelled()) {
+      int64_t end = std::min(state.length() + chunk, prompt_len - 1);
+      if (next_mark < marks.size()) end = std::min(end, marks[next_mark]);
+      model.forward(prompt.data() + state.length(), end - state.length(), state, {}, {}, scratch);
+      if (next_mark < marks.size() && state.length() == marks[next_mark]) {
+        lease.checkpoints.push_back(state.snapshot());
+        ++next_mark;
+      }
+    }
+    const double prefill_manual = now_seconds() - job.started;
+    if (job.cancelled()) {
+      summary.finish = Finish::cancelled;
+    } else {
+      StreamingDetokenizer detokenizer(tokenizer, /*skip_special_tokens=*/false);
+      StopStringMatcher stops(job.request.stop);
+      ChatOutputParser parser(job.prompt.parser);
+      ReasoningCounter reasoning(job.prompt.parser);
+      const auto& eos = job.config.eos_ids;
+      bool stopped_by_string = false;
+      auto deliver = [&](const std::string& text) {
+        if (!text.empty()) job.push(parser.feed(text));
+      };
+      auto on_token = [&](const CommittedToken& token) {
+        if (job.first_token < 0) job.first_token = now_seconds();
+        generated.push_back(token.id);
+        if (std::find(eos.begin(), eos.end(), token.id) != eos.end()) return true;
+        const std::string piece = detokenizer.push(token.id);
+        reasoning.add(piece);
+        if (job.request.logprobs) {
+          TokenLogprobEntry entry{tokenizer.decode({token.id}, false), token.logprob, {}};
+          for (const auto& alt : token.alternatives) {
+            entry.top.emplace_back(tokenizer.decode({alt.id}, false), alt.logprob);
+          }
+          summary.logprobs.push_back(std::move(entry));
+        }
+        auto released = stops.push(piece);
+        deliver(released.emit);
+        if (released.stopped) {
+          stopped_by_string = true;
+          summary.stop_sequence = released.matched;
+          return false;
+        }
+        return !job.cancelled();
+      };
+      DecodeStats decode_stats;
+      GenerationResult result = run_generation(model, prompt, state, job.config,
+                                               options_.decode, on_token, &decode_stats);
+      if (!stopped_by_string) deliver(stops.push(detokenizer.flush()).emit + stops.flush());
+      job.push(parser.finish());
+      const bool has_tool_calls = job.saw_tool_call_;
+      summary.usage.completion_tokens = static_cast<int64_t>(result.tokens.size());
+      summary.usage.reasoning_tokens = reasoning.tokens();
+      if (job.cancelled()) summary.finish = Finish::cancelled;
+      else if (stopped_by_string) summary.finish = Finish::stop_sequence;
+      else if (result.finish_reason == FinishReason::length) summary.finish = Finish::length;
+      else summary.finish = has_tool_calls ? Finish::tool_calls : Finish::stop;
+      const GenerationStats& st = result.stats;
+      const auto& spec = decode_stats.speculative;
+      const double prefill_seconds = prefill_manual + st.prefill_seconds;
+      const double total = now_seconds() - job.started;
+      summary.stats = {
+          {"mode", decode_mode_name(decode_stats.mode)},
+          {"cap", decode_stats.cap},
+          {"accept_len", spec.tokens_per_round(st.generated_tokens)},
+          {"rounds", spec.rounds},
+          {"plain_steps", spec.plain_steps},
+          {"drafted", spec.drafted},
+          {"accepted", spec.accepted},
+          {"lookup_rounds", spec.lookup_rounds},
+          {"target_forwards", spec.target_forwards},
+          {"accepted_per_position", spec.position_accepted},
+          {"verified_per_position", spec.position_verified},
+          {"prompt_tokens", prompt_len},
+          {"cached_tokens", lease.cached_tokens},
+          {"completion_tokens", st.generated_tokens},
+          {"prefill_seconds", prefill_seconds},
+          {"decode_seconds", st.decode_seconds},
+          {"ttft_seconds", job.first_token >= 0 ? job.first_token - job.arrival : 0.0},
+          {"tokens_per_sec", total > 0 ? st.generated_tokens / total : 0.0},
+          {"decode_tokens_per_sec", st.decode_tokens_per_second()},
+      };
+      if (prompt_len - lease.cached_tokens >= 16 && prefill_seconds > 0) {
+        summary.stats["prefill_tokens_per_sec"] = (prompt_len - lease.cached_tokens) / prefill_seconds;
+      }
+    }
+    if (cache_.enabled() && cache_.checkpointed() && state.length() > 0) {
+      lease.checkpoints.push_back(state.snapshot());
+    }
+    std::vector<int32_t> tokens = prompt;
+    tokens.insert(tokens.end(), generated.begin(), generated.end());
+    cache_.release(std::move(lease), std::move(tokens));
+  } catch (const std::exception& e) {
+    // A failure may leave a state half-updated: drop every cached state.
+    cache_.clear();
+    summary.finish = Finish::error;
+    summary.error = fmt::format("generation failed: {}", e.what());
+  }
+  if (summary.finish == Finish::cancelled) metrics_.count_cancelled();
+  job.finish(std::move(summary));
+}
+
+}  // namespace dspark::server

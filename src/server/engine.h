@@ -1,0 +1,116 @@
+#pragma once
+// The model side of the server: turns a ChatRequest into prompt tokens (template + tokenizer),
+// and runs generations one at a time on a worker thread fed by a bounded FIFO queue. Each job
+// streams parsed output events (reasoning, content, tool calls) to the HTTP thread that waits on
+// it, and ends with a GenerationSummary. A job whose client went away is cancelled while queued,
+// between prefill chunks or between decode rounds.
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "engine/model_bundle.h"
+#include "server/metrics.h"
+#include "server/prefix_cache.h"
+#include "server/request.h"
+#include "speculative/decode.h"
+#include "text/chat_template.h"
+#include "text/tool_call_parser.h"
+
+namespace dspark::server {
+
+struct EngineOptions {
+  DecodeSetup decode;
+  int64_t default_max_tokens = 2048;
+  int64_t max_tokens_cap = 32768;
+  int64_t context_window = 0;  // 0 = the model's
+  std::optional<float> default_temperature;
+  std::optional<float> default_top_p;
+  std::optional<int> default_top_k;
+  std::optional<bool> default_thinking;  // --no-thinking -> false
+  size_t max_queue = 64;
+  int64_t prefill_chunk = 512;  // cancellation is checked between chunks
+  PrefixCacheOptions prefix_cache;
+};
+
+// A rendered and tokenized request.
+struct PreparedPrompt {
+  std::vector<int32_t> ids;
+  std::string text;
+  int64_t stable_boundary = 0;  // tokens shared with the prompt rendered as history
+  ChatOutputParser::Config parser;
+};
+
+class Job {
+ public:
+  // Waits up to `timeout` for output; moves what is ready into `events` and, at the end, `done`.
+  // Returns true once the summary has been delivered.
+  bool wait(std::vector<OutputEvent>& events, std::optional<GenerationSummary>& done,
+            std::chrono::milliseconds timeout);
+  void cancel() { cancelled_ = true; }
+  bool cancelled() const { return cancelled_; }
+
+  ChatRequest request;
+  PreparedPrompt prompt;
+  GenerationConfig config;
+  double arrival = 0.0;
+  double started = -1.0;
+  double first_token = -1.0;
+
+ private:
+  friend class Engine;
+  void push(std::vector<OutputEvent> events);
+  void finish(GenerationSummary summary);
+
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::vector<OutputEvent> events_;
+  std::optional<GenerationSummary> summary_;
+  bool delivered_ = false;
+  bool saw_tool_call_ = false;  // written and read by the worker only
+  std::atomic<bool> cancelled_{false};
+};
+
+class Engine {
+ public:
+  Engine(std::unique_ptr<ModelBundle> bundle, EngineOptions options, Metrics& metrics);
+  ~Engine();
+
+  // Renders and tokenizes; throws ApiError for requests the template or the context refuse.
+  PreparedPrompt prepare(const ChatRequest& request) const;
+  // Queues a prepared request; throws ApiError 429 when the queue is full.
+  std::shared_ptr<Job> submit(ChatRequest request, PreparedPrompt prompt);
+  // Stops taking work, cancels queued and running jobs, joins the worker.
+  void shutdown();
+
+  const ModelBundle& bundle() const { return *bundle_; }
+  const EngineOptions& options() const { return options_; }
+  int64_t context_window() const { return context_window_; }
+  PrefixCache::Counters cache_counters() const { return cache_.counters(); }
+  std::string mode_name() const { return decode_mode_name(options_.decode.options.mode); }
+
+ private:
+  void worker();
+  void run(Job& job);
+  GenerationConfig generation_config(const ChatRequest& request, int64_t prompt_tokens) const;
+  void publish_queue();
+
+  std::unique_ptr<ModelBundle> bundle_;
+  EngineOptions options_;
+  Metrics& metrics_;
+  int64_t context_window_;
+  std::optional<ChatTemplate> template_;
+  PrefixCache cache_;
+
+  std::mutex mutex_;
+  std::condition_variable work_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  std::shared_ptr<Job> running_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace dspark::server

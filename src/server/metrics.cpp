@@ -1,0 +1,126 @@
+#include "server/metrics.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace dspark::server {
+namespace {
+
+const std::vector<double> kLatencyBounds = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                            1,     2.5,  5,     10,   30,  60,  120};
+const std::vector<double> kTokenBounds = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                          0.1,   0.25,   0.5,   1.0,  2.5};
+const std::vector<double> kAcceptBounds = {1, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 12, 16};
+
+void counter(const std::string& name, const std::string& help, double value, std::string& out) {
+  out += fmt::format("# HELP {0} {1}\n# TYPE {0} counter\n{0} {2}\n", name, help, value);
+}
+
+void gauge(const std::string& name, double value, std::string& out) {
+  out += fmt::format("# TYPE {0} gauge\n{0} {1}\n", name, value);
+}
+
+}  // namespace
+
+Histogram::Histogram(std::vector<double> bounds)
+    : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
+
+void Histogram::observe(double value) {
+  const size_t bucket =
+      std::lower_bound(bounds_.begin(), bounds_.end(), value) - bounds_.begin();
+  ++counts_[bucket];
+  sum_ += value;
+  ++count_;
+}
+
+void Histogram::render(const std::string& name, const std::string& help, std::string& out) const {
+  out += fmt::format("# HELP {0} {1}\n# TYPE {0} histogram\n", name, help);
+  int64_t cumulative = 0;
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    cumulative += counts_[i];
+    out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, bounds_[i], cumulative);
+  }
+  out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n{}_sum {}\n{}_count {}\n", name, count_, name,
+                     sum_, name, count_);
+}
+
+Metrics::Metrics()
+    : queue_(kLatencyBounds),
+      ttft_(kLatencyBounds),
+      per_token_(kTokenBounds),
+      e2e_(kLatencyBounds),
+      accept_per_round_(kAcceptBounds) {}
+
+void Metrics::record(const RequestRecord& r) {
+  std::lock_guard lock(mutex_);
+  ++requests_[{r.endpoint, r.status}];
+  if (!r.finish.empty()) ++finishes_[r.finish];
+  prompt_tokens_ += r.prompt_tokens;
+  cached_tokens_ += r.cached_tokens;
+  completion_tokens_ += r.completion_tokens;
+  reasoning_tokens_ += r.reasoning_tokens;
+  rounds_ += r.rounds;
+  drafted_ += r.drafted;
+  accepted_ += r.accepted;
+  if (r.queue_seconds >= 0) queue_.observe(r.queue_seconds);
+  if (r.ttft_seconds >= 0) ttft_.observe(r.ttft_seconds);
+  if (r.seconds_per_token >= 0) per_token_.observe(r.seconds_per_token);
+  if (r.e2e_seconds >= 0) e2e_.observe(r.e2e_seconds);
+  if (r.rounds > 0) accept_per_round_.observe(double(r.completion_tokens) / r.rounds);
+}
+
+void Metrics::set_queue(int64_t waiting, int64_t running) {
+  std::lock_guard lock(mutex_);
+  waiting_ = waiting;
+  running_ = running;
+}
+
+void Metrics::count_cancelled() {
+  std::lock_guard lock(mutex_);
+  ++cancelled_;
+}
+
+void Metrics::count_rejected() {
+  std::lock_guard lock(mutex_);
+  ++rejected_;
+}
+
+std::string Metrics::render(const std::map<std::string, double>& gauges) const {
+  std::lock_guard lock(mutex_);
+  std::string out;
+  out += "# HELP dspark_requests_total Requests answered, by endpoint and HTTP status.\n"
+         "# TYPE dspark_requests_total counter\n";
+  for (const auto& [key, count] : requests_) {
+    out += fmt::format("dspark_requests_total{{endpoint=\"{}\",status=\"{}\"}} {}\n", key.first,
+                       key.second, count);
+  }
+  out += "# HELP dspark_finished_total Generations by finish reason.\n"
+         "# TYPE dspark_finished_total counter\n";
+  for (const auto& [finish, count] : finishes_) {
+    out += fmt::format("dspark_finished_total{{reason=\"{}\"}} {}\n", finish, count);
+  }
+  counter("dspark_prompt_tokens_total", "Prompt tokens, cached ones included.", prompt_tokens_, out);
+  counter("dspark_cached_prompt_tokens_total", "Prompt tokens served from the prefix cache.",
+          cached_tokens_, out);
+  counter("dspark_generated_tokens_total", "Generated tokens, reasoning included.",
+          completion_tokens_, out);
+  counter("dspark_reasoning_tokens_total", "Generated reasoning tokens.", reasoning_tokens_, out);
+  counter("dspark_speculative_rounds_total", "Verify rounds with a draft.", rounds_, out);
+  counter("dspark_drafted_tokens_total", "Drafted tokens.", drafted_, out);
+  counter("dspark_accepted_tokens_total", "Accepted draft tokens.", accepted_, out);
+  counter("dspark_cancelled_total", "Requests cancelled by a client disconnect.", cancelled_, out);
+  counter("dspark_rejected_total", "Requests refused because the queue was full.", rejected_, out);
+  gauge("dspark_requests_waiting", waiting_, out);
+  gauge("dspark_requests_running", running_, out);
+  for (const auto& [name, value] : gauges) gauge(name, value, out);
+  queue_.render("dspark_queue_seconds", "Time from arrival to the start of generation.", out);
+  ttft_.render("dspark_time_to_first_token_seconds", "Time from arrival to the first token.", out);
+  per_token_.render("dspark_time_per_output_token_seconds", "Decode time per generated token.",
+                    out);
+  e2e_.render("dspark_request_seconds", "Time from arrival to the last token.", out);
+  accept_per_round_.render("dspark_tokens_per_round", "Committed tokens per target forward.", out);
+  return out;
+}
+
+}  // namespace dspark::server

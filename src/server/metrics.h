@@ -1,0 +1,78 @@
+#pragma once
+// Server counters, gauges and latency histograms, rendered in the Prometheus text format
+// (names prefixed dspark_). Thread-safe.
+#include <array>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace dspark::server {
+
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds);
+  void observe(double value);
+  // Appends the _bucket / _sum / _count lines of metric `name`.
+  void render(const std::string& name, const std::string& help, std::string& out) const;
+
+ private:
+  std::vector<double> bounds_;
+  std::vector<int64_t> counts_;  // per bound, non-cumulative; last = +Inf
+  double sum_ = 0.0;
+  int64_t count_ = 0;
+};
+
+struct RequestRecord {
+  std::string endpoint;
+  int status = 200;
+  std::string finish;  // "" when the request never generated
+  int64_t prompt_tokens = 0;
+  int64_t cached_tokens = 0;
+  int64_t completion_tokens = 0;
+  int64_t reasoning_tokens = 0;
+  double queue_seconds = -1.0;
+  double ttft_seconds = -1.0;
+  double seconds_per_token = -1.0;
+  double e2e_seconds = -1.0;
+  int64_t rounds = 0;
+  int64_t drafted = 0;
+  int64_t accepted = 0;
+};
+
+class Metrics {
+ public:
+  Metrics();
+  void record(const RequestRecord& record);
+  // Queue gauges, kept by the engine.
+  void set_queue(int64_t waiting, int64_t running);
+  void count_cancelled();
+  void count_rejected();
+
+  // Extra gauges rendered as given (name -> value), e.g. memory and prefix-cache figures.
+  std::string render(const std::map<std::string, double>& gauges) const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::pair<std::string, int>, int64_t> requests_;  // (endpoint, status)
+  std::map<std::string, int64_t> finishes_;
+  int64_t prompt_tokens_ = 0;
+  int64_t cached_tokens_ = 0;
+  int64_t completion_tokens_ = 0;
+  int64_t reasoning_tokens_ = 0;
+  int64_t rounds_ = 0;
+  int64_t drafted_ = 0;
+  int64_t accepted_ = 0;
+  int64_t cancelled_ = 0;
+  int64_t rejected_ = 0;
+  int64_t waiting_ = 0;
+  int64_t running_ = 0;
+  Histogram queue_;
+  Histogram ttft_;
+  Histogram per_token_;
+  Histogram e2e_;
+  Histogram accept_per_round_;
+};
+
+}  // namespace dspark::server

@@ -1,0 +1,75 @@
+#pragma once
+// Reuse of model state across requests (multi-turn conversations). A slot keeps the state of one
+// finished generation and the tokens it holds. Attention-only models trim the state back to the
+// longest common prefix with the new prompt. Recurrent (Mamba) layers cannot be trimmed without a
+// record, so for hybrid models a slot also keeps checkpoints (state snapshots) taken at the
+// stable prompt boundary, every `rung_interval` prompt tokens and at the end of the generation;
+// the deepest checkpoint inside the common prefix is restored. Slots are evicted LRU.
+#include <cstdint>
+#include <list>
+#include <mutex>
+#include <vector>
+
+#include "model/model.h"
+#include "model/state.h"
+
+namespace dspark::server {
+
+struct PrefixCacheOptions {
+  bool enabled = true;
+  int slots = 2;
+  int64_t rung_interval = 8192;  // 0 = no periodic checkpoints
+};
+
+// A state checked out for one generation.
+struct CacheLease {
+  ModelState state;
+  int64_t cached_tokens = 0;  // prompt tokens the state already holds
+  std::vector<StateSnapshot> checkpoints;  // all are prefixes of the new prompt
+};
+
+class PrefixCache {
+ public:
+  PrefixCache(const Model& model, PrefixCacheOptions options);
+
+  // A state holding the longest reusable prefix of `prompt` (never all of it: the last prompt
+  // token must be run to get the first logits).
+  CacheLease acquire(const std::vector<int32_t>& prompt);
+  // Gives the state back; `tokens` are the tokens it holds (its first state.length() tokens).
+  void release(CacheLease lease, std::vector<int32_t> tokens);
+  // Forgets everything (after a failure that may have left a state inconsistent).
+  void clear();
+
+  bool enabled() const { return options_.enabled; }
+  bool checkpointed() const { return recurrent_; }
+  const PrefixCacheOptions& options() const { return options_; }
+
+  struct Counters {
+    int64_t lookups = 0;
+    int64_t hits = 0;
+    int64_t entries = 0;
+    int64_t bytes = 0;
+  };
+  Counters counters() const;
+
+ private:
+  struct Slot {
+    std::vector<int32_t> tokens;
+    ModelState state;
+    std::vector<StateSnapshot> checkpoints;
+  };
+  static int64_t slot_bytes(const Slot& slot);
+
+  const Model& model_;
+  PrefixCacheOptions options_;
+  bool recurrent_;
+  mutable std::mutex mutex_;
+  std::list<Slot> slots_;  // most recently used first
+  int64_t lookups_ = 0;
+  int64_t hits_ = 0;
+};
+
+// Length of the longest common prefix.
+size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b);
+
+}  // namespace dspark::server

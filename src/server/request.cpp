@@ -1,0 +1,98 @@
+#include "server/request.h"
+
+#include <fmt/format.h>
+
+#include <random>
+
+namespace dspark::server {
+
+std::string error_type(Dialect dialect, int status) {
+  if (dialect == Dialect::anthropic) {
+    switch (status) {
+      case 401: return "authentication_error";
+      case 402: return "billing_error";
+      case 403: return "permission_error";
+      case 404: return "not_found_error";
+      case 413: return "request_too_large";
+      case 429: return "rate_limit_error";
+      case 503: return "overloaded_error";
+      case 529: return "overloaded_error";
+      default: return status >= 500 ? "api_error" : "invalid_request_error";
+    }
+  }
+  switch (status) {
+    case 401: return "authentication_error";
+    case 403: return "permission_error";
+    case 404: return "not_found_error";
+    case 413: return "invalid_request_error";
+    case 429: return "rate_limit_error";
+    case 501: return "not_supported_error";
+    case 503: return "unavailable_error";
+    default: return status >= 500 ? "server_error" : "invalid_request_error";
+  }
+}
+
+nlohmann::json error_body(Dialect dialect, int status, const std::string& message,
+                          const std::string& code, const std::string& param,
+                          const nlohmann::json& extra) {
+  if (dialect == Dialect::anthropic) {
+    return {{"type", "error"},
+            {"error", {{"type", error_type(dialect, status)}, {"message", message}}}};
+  }
+  nlohmann::json error = {{"message", message},
+                          {"type", error_type(dialect, status)},
+                          {"param", param.empty() ? nlohmann::json() : nlohmann::json(param)},
+                          {"code", code.empty() ? nlohmann::json() : nlohmann::json(code)}};
+  for (const auto& [key, value] : extra.items()) error[key] = value;
+  return {{"error", error}};
+}
+
+nlohmann::json error_body(Dialect dialect, const ApiError& error) {
+  return error_body(dialect, error.status(), error.what(), error.code(), error.param(),
+                    error.extra);
+}
+
+float json_float(const nlohmann::json& value, const char* field) {
+  if (!value.is_number()) throw ApiError(400, fmt::format("'{}' must be a number", field), "", field);
+  return value.get<float>();
+}
+
+int64_t json_int(const nlohmann::json& value, const char* field) {
+  if (value.is_number_integer()) return value.get<int64_t>();
+  if (value.is_number_float()) {
+    const double number = value.get<double>();
+    if (number == static_cast<double>(static_cast<int64_t>(number))) return static_cast<int64_t>(number);
+  }
+  throw ApiError(400, fmt::format("'{}' must be an integer", field), "", field);
+}
+
+bool json_bool(const nlohmann::json& value, const char* field) {
+  if (!value.is_boolean()) throw ApiError(400, fmt::format("'{}' must be a boolean", field), "", field);
+  return value.get<bool>();
+}
+
+std::string json_string(const nlohmann::json& value, const char* field) {
+  if (!value.is_string()) throw ApiError(400, fmt::format("'{}' must be a string", field), "", field);
+  return value.get<std::string>();
+}
+
+std::vector<std::string> json_string_list(const nlohmann::json& value, const char* field) {
+  if (value.is_null()) return {};
+  if (value.is_string()) return {value.get<std::string>()};
+  if (!value.is_array()) {
+    throw ApiError(400, fmt::format("'{}' must be a string or a list of strings", field), "", field);
+  }
+  std::vector<std::string> out;
+  for (const auto& item : value) {
+    const std::string text = json_string(item, field);
+    if (!text.empty()) out.push_back(text);
+  }
+  return out;
+}
+
+std::string random_id(const std::string& prefix) {
+  thread_local std::mt19937_64 engine(std::random_device{}());
+  return prefix + fmt::format("{:016x}{:08x}", engine(), static_cast<uint32_t>(engine()));
+}
+
+}  // namespace dspark::server

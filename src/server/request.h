@@ -1,0 +1,113 @@
+#pragma once
+// The one request type every dialect (OpenAI chat / completions, Anthropic messages, Responses)
+// is translated into, the errors a request can fail with, and what a finished generation reports
+// back. Dialect translators live at the edge (openai.h, anthropic.h, responses.h).
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "engine/sampler.h"
+
+namespace dspark::server {
+
+enum class Dialect { openai, anthropic, responses };
+
+// A request the server refuses: the HTTP status and the error type of the dialect's error body.
+class ApiError : public std::runtime_error {
+ public:
+  ApiError(int status, std::string message, std::string code = "", std::string param = "")
+      : std::runtime_error(message), status_(status), code_(std::move(code)),
+        param_(std::move(param)) {}
+  int status() const { return status_; }
+  const std::string& code() const { return code_; }
+  const std::string& param() const { return param_; }
+  // Extra machine-readable fields for the OpenAI body (n_prompt_tokens, n_ctx).
+  nlohmann::json extra = nlohmann::json::object();
+
+ private:
+  int status_;
+  std::string code_;
+  std::string param_;
+};
+
+// The error body for `status` in the dialect's shape (server-api.md §1.8, §2.6).
+nlohmann::json error_body(Dialect dialect, int status, const std::string& message,
+                          const std::string& code = "", const std::string& param = "",
+                          const nlohmann::json& extra = nlohmann::json::object());
+nlohmann::json error_body(Dialect dialect, const ApiError& error);
+// The Anthropic / OpenAI error type name for an HTTP status.
+std::string error_type(Dialect dialect, int status);
+
+// Sampling fields as the request gave them; unset ones fall back to server defaults, then to
+// generation_config.json (see resolve_sampling).
+struct RequestSampling {
+  std::optional<float> temperature;
+  std::optional<float> top_p;
+  std::optional<int> top_k;
+  std::optional<float> min_p;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  float repetition_penalty = 1.0f;
+  std::optional<uint64_t> seed;
+  int top_logprobs = 0;
+};
+
+struct ChatRequest {
+  Dialect dialect = Dialect::openai;
+  std::string model;  // echoed back
+  // Chat: messages in the template's (transformers') shape; empty for a raw completion.
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  std::optional<std::string> raw_prompt;  // /v1/completions: no template
+  nlohmann::ordered_json tools;           // null = no tools
+  nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();
+  // enable_thinking as the request decided it (kwargs > effort / thinking.type); nullopt = server
+  // default.
+  std::optional<bool> enable_thinking;
+  bool drop_reasoning = false;  // Anthropic thinking: disabled
+  std::optional<int64_t> max_tokens;
+  std::vector<std::string> stop;
+  RequestSampling sampling;
+  bool logprobs = false;
+  bool stream = false;
+  bool include_usage = false;
+};
+
+// What one finished generation reports to the dialect serialisers.
+enum class Finish { stop, length, stop_sequence, tool_calls, cancelled, error };
+
+struct Usage {
+  int64_t prompt_tokens = 0;
+  int64_t cached_tokens = 0;
+  int64_t completion_tokens = 0;
+  int64_t reasoning_tokens = 0;
+};
+
+struct TokenLogprobEntry {
+  std::string token;
+  float logprob = 0.0f;
+  std::vector<std::pair<std::string, float>> top;
+};
+
+struct GenerationSummary {
+  Finish finish = Finish::stop;
+  std::string stop_sequence;  // the stop string that matched
+  Usage usage;
+  nlohmann::json stats = nlohmann::json::object();  // the x_dspark block
+  std::vector<TokenLogprobEntry> logprobs;
+  std::string error;  // Finish::error
+};
+
+// Reads a JSON value as a number / integer / bool / string or throws a 400 naming the field.
+float json_float(const nlohmann::json& value, const char* field);
+int64_t json_int(const nlohmann::json& value, const char* field);
+bool json_bool(const nlohmann::json& value, const char* field);
+std::string json_string(const nlohmann::json& value, const char* field);
+// A string or a list of strings (OpenAI `stop`).
+std::vector<std::string> json_string_list(const nlohmann::json& value, const char* field);
+// "prefix" + 24 random hex digits.
+std::string random_id(const std::string& prefix);
+
+}  // namespace dspark::server

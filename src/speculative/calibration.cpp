@@ -1,0 +1,300 @@
+#include "speculative/calibration.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+
+#include "base/error.h"
+#include "base/system_info.h"
+#include "base/thread_pool.h"
+#include "kernels/quant.h"
+
+namespace dspark {
+namespace {
+
+constexpr int kSchemaVersion = 1;
+// The synthetic prompt: one token id repeated (§16.1).
+constexpr int32_t kSyntheticToken = 7;
+
+double median_ms(std::vector<double> seconds) {
+  std::sort(seconds.begin(), seconds.end());
+  const size_t n = seconds.size();
+  const double middle = n % 2 == 1 ? seconds[n / 2] : 0.5 * (seconds[n / 2 - 1] + seconds[n / 2]);
+  return middle * 1000.0;
+}
+
+// Times `body` (warm-ups, then iterations), calling `reset` untimed after each run.
+template <typename Body, typename Reset>
+double time_ms(const CalibrationOptions& options, Body body, Reset reset) {
+  std::vector<double> seconds;
+  for (int i = 0; i < options.warmups + options.iterations; ++i) {
+    const double start = now_seconds();
+    body();
+    const double elapsed = now_seconds() - start;
+    reset();
+    if (i >= options.warmups) seconds.push_back(elapsed);
+  }
+  return median_ms(std::move(seconds));
+}
+
+struct Measurer {
+  const Model& target;
+  const CalibrationOptions& options;
+  std::vector<int> taps;
+  ModelState state;
+  ForwardOutput output;
+  std::vector<int32_t> rows;
+  std::vector<int64_t> logit_rows;
+
+  // One tapped verify forward of `width` rows, rolled back afterwards (recording on, as the
+  // verify loop has it). Width 1 cannot be rolled back on recurrent models, so it is measured
+  // last at each depth and simply advances the state.
+  double verify_ms(int width) {
+    const int64_t length = state.length();
+    rows.assign(width, kSyntheticToken);
+    logit_rows.resize(width);
+    std::iota(logit_rows.begin(), logit_rows.end(), 0);
+    state.set_recording(width > 1);
+    auto reset = [&] {
+      if (width > 1) state.trim(length);
+    };
+    return time_ms(options, [&] { target.forward(rows.data(), width, state, logit_rows, taps, output); },
+                   reset);
+  }
+
+  // Moves the context to `tokens` positions without computing them: attention over synthetic
+  // (zero) keys costs what attention over real ones costs, and recurrent layers do not depend on
+  // the depth at all.
+  void inflate_to(int64_t tokens) {
+    state.set_recording(false);
+    state.reserve(tokens + options.max_width);
+    state.begin_forward(tokens - state.length());
+    state.advance(tokens - state.length());
+    state.end_forward();
+  }
+};
+
+int64_t deep_context(const Model& target, const CalibrationOptions& options) {
+  const int64_t limit = target.max_context() - 2 * options.max_width - options.warmups - options.iterations;
+  return std::min(options.deep_context, limit);
+}
+
+CostCurves measure(const Model& target, const DrafterFactory& make_drafter,
+                   const CalibrationOptions& options) {
+  std::unique_ptr<Drafter> drafter = make_drafter ? make_drafter() : nullptr;
+  Measurer m{target, options, drafter ? drafter->tap_layers() : std::vector<int>{},
+             target.new_state(), {}, {}, {}};
+  CostCurves curves;
+  curves.reference_context = options.context;
+
+  const std::vector<int32_t> prompt(options.context, kSyntheticToken);
+  target.forward(prompt.data(), options.context, m.state, {options.context - 1}, m.taps, m.output);
+  if (drafter) drafter->on_target_rows(prompt.data(), options.context, m.output.taps.data());
+
+  curves.verify_ms.assign(options.max_width, 0.0);
+  for (int width = 2; width <= options.max_width; ++width) curves.verify_ms[width - 1] = m.verify_ms(width);
+
+  // Drafter cost per cap against the 512-row context; drafting does not touch the target state.
+  const int max_cap = options.max_width - 1;
+  std::vector<int32_t> committed = prompt;
+  committed.push_back(kSyntheticToken);
+  SamplingParams greedy;
+  Rng rng(0);
+  if (drafter) {
+    curves.drafter_ms.assign(max_cap, 0.0);
+    for (int cap = 1; cap <= max_cap; ++cap) {
+      curves.drafter_ms[cap - 1] = time_ms(
+          options, [&] { drafter->propose(DraftRequest{committed, cap, greedy, rng}); }, [] {});
+    }
+  }
+
+  // A whole round at cap 2 as the loop runs it: draft, verify, pick per row, roll back to the
+  // accept point (one row kept, so the context grows by one token per run), feed the drafter the
+  // kept row.
+  const int64_t vocab = target.vocab_size();
+  const double round_ms = time_ms(
+      options,
+      [&] {
+        Draft draft;
+        if (drafter) draft = drafter->propose(DraftRequest{committed, 2, greedy, rng});
+        draft.tokens.resize(2, kSyntheticToken);
+        const int64_t length = m.state.length();
+        m.rows = {kSyntheticToken, draft.tokens[0], draft.tokens[1]};
+        m.logit_rows = {0, 1, 2};
+        m.state.set_recording(true);
+        target.forward(m.rows.data(), 3, m.state, m.logit_rows, m.taps, m.output);
+        for (int64_t row = 0; row < 3; ++row) argmax(m.output.logits.data() + row * vocab, vocab);
+        m.state.trim(length + 1);
+        if (drafter) drafter->on_target_rows(m.rows.data(), 1, m.output.taps.data());
+      },
+      [] {});
+  curves.overhead_ms = std::max(0.0, round_ms - (curves.drafter(2) + curves.verify(3)));
+  curves.verify_ms[0] = m.verify_ms(1);
+
+  // Depth slope at the narrowest, middle and widest width.
+  const int64_t deep = deep_context(target, options);
+  if (deep > options.context + 64) {
+    m.inflate_to(deep);
+    const std::vector<int> widths = {1, (1 + options.max_width) / 2, options.max_width};
+    std::vector<double> deep_ms(widths.size());
+    for (size_t i = widths.size(); i-- > 0;) deep_ms[i] = m.verify_ms(widths[i]);
+    for (size_t i = 0; i < widths.size(); ++i) {
+      if (!curves.slope_widths.empty() && curves.slope_widths.back() == widths[i]) continue;
+      curves.slope_widths.push_back(widths[i]);
+      curves.slope_ms_per_token.push_back(
+          std::max(0.0, (deep_ms[i] - curves.verify(widths[i])) / double(deep - options.context)));
+    }
+  }
+  return curves;
+}
+
+nlohmann::json series_json(const std::vector<double>& values) {
+  nlohmann::json out = nlohmann::json::object();
+  for (size_t i = 0; i < values.size(); ++i) out[std::to_string(i + 1)] = values[i];
+  return out;
+}
+
+std::vector<double> series_from_json(const nlohmann::json& json, const std::string& field,
+                                     const std::string& source) {
+  if (!json.is_object()) fail("{}: '{}' must be an object of index -> milliseconds", source, field);
+  std::vector<double> values(json.size());
+  for (auto& [key, value] : json.items()) {
+    size_t index = 0;
+    try {
+      index = std::stoul(key);
+    } catch (const std::exception&) {
+      fail("{}: '{}' has a non-numeric key '{}'", source, field, key);
+    }
+    if (index < 1 || index > values.size() || !value.is_number()) {
+      fail("{}: '{}' entry '{}' is out of range or not a number", source, field, key);
+    }
+    values[index - 1] = value.get<double>();
+  }
+  return values;
+}
+
+nlohmann::json read_cache(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return nlohmann::json::object();
+  nlohmann::json cache = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  // A damaged cache is re-measured rather than fatal: it only ever holds measurements.
+  return cache.is_object() ? cache : nlohmann::json::object();
+}
+
+void write_cache(const std::string& path, const nlohmann::json& cache) {
+  const std::filesystem::path target(path);
+  if (target.has_parent_path()) std::filesystem::create_directories(target.parent_path());
+  const std::string temporary = path + ".tmp." + std::to_string(getpid());
+  {
+    std::ofstream out(temporary);
+    if (!out) fail("cannot write the calibration cache {}", temporary);
+    out << cache.dump(2) << "\n";
+    if (!out) fail("cannot write the calibration cache {}", temporary);
+  }
+  std::filesystem::rename(temporary, target);
+}
+
+}  // namespace
+
+std::string default_calibration_cache_path() {
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0') {
+    return std::string(xdg) + "/dspark/calibration.json";
+  }
+  const char* home = std::getenv("HOME");
+  return std::string(home != nullptr ? home : ".") + "/.cache/dspark/calibration.json";
+}
+
+std::string calibration_key(const Model& target, const CalibrationOptions& options) {
+  const nlohmann::json& config = target.checkpoint().config();
+  std::string quant = "unquantized";
+  for (const char* field : {"quantization", "quantization_config"}) {
+    if (config.contains(field) && config[field].is_object()) {
+      quant = fmt::format("q{}g{}", config[field].value("bits", 0), config[field].value("group_size", 0));
+      break;
+    }
+  }
+  return fmt::format("v{}|cpu {}|{}|t{}|{}|{}|{}|{}|b{}|ctx{}|w{}", kSchemaVersion,
+                     cpu_features().model_name, kernels::isa_name(kernels::best_isa()),
+                     default_pool().num_threads(), options.mode, options.target_name,
+                     options.drafter_name.empty() ? "-" : options.drafter_name, quant,
+                     target.decode_weight_bytes(), options.context, options.max_width);
+}
+
+Calibration calibrate(const Model& target, const DrafterFactory& drafter,
+                      const CalibrationOptions& options) {
+  if (options.max_width < 3) fail("calibration needs verify widths up to at least 3, not {}", options.max_width);
+  if (options.context + options.max_width + options.warmups + options.iterations >= target.max_context()) {
+    fail("calibration needs a {}-token context; the model allows {}", options.context, target.max_context());
+  }
+  Calibration result;
+  result.key = calibration_key(target, options);
+  const std::string path = options.cache_path.empty() ? default_calibration_cache_path() : options.cache_path;
+  if (options.use_cache) {
+    const nlohmann::json cache = read_cache(path);
+    if (cache.contains(result.key)) {
+      result.curves = cost_curves_from_json(cache[result.key], path + " [" + result.key + "]");
+      result.from_cache = true;
+      return result;
+    }
+  }
+  const double start = now_seconds();
+  result.curves = measure(target, drafter, options);
+  result.seconds = now_seconds() - start;
+  nlohmann::json cache = read_cache(path);
+  cache[result.key] = cost_curves_json(result.curves);
+  write_cache(path, cache);
+  return result;
+}
+
+nlohmann::json cost_curves_json(const CostCurves& curves) {
+  nlohmann::json out;
+  out["verify"] = series_json(curves.verify_ms);
+  if (!curves.drafter_ms.empty()) out["drafter"] = series_json(curves.drafter_ms);
+  out["overhead"] = curves.overhead_ms;
+  nlohmann::json slope = nlohmann::json::object();
+  for (size_t i = 0; i < curves.slope_widths.size(); ++i) {
+    slope[std::to_string(curves.slope_widths[i])] = curves.slope_ms_per_token[i];
+  }
+  out["verify_depth"] = {{"d0", curves.reference_context}, {"slope", slope}};
+  return out;
+}
+
+CostCurves cost_curves_from_json(const nlohmann::json& json, const std::string& source) {
+  if (!json.is_object() || !json.contains("verify") || !json.contains("overhead") ||
+      !json.contains("verify_depth")) {
+    fail("{}: expected an object with 'verify', 'overhead' and 'verify_depth'", source);
+  }
+  CostCurves curves;
+  curves.verify_ms = series_from_json(json["verify"], "verify", source);
+  if (curves.verify_ms.empty()) fail("{}: 'verify' is empty", source);
+  if (json.contains("drafter")) curves.drafter_ms = series_from_json(json["drafter"], "drafter", source);
+  if (!json["overhead"].is_number()) fail("{}: 'overhead' must be a number", source);
+  curves.overhead_ms = json["overhead"].get<double>();
+  const nlohmann::json& depth = json["verify_depth"];
+  if (!depth.is_object() || !depth.contains("d0") || !depth["d0"].is_number_integer() ||
+      !depth.contains("slope") || !depth["slope"].is_object()) {
+    fail("{}: 'verify_depth' must hold an integer 'd0' and a 'slope' object", source);
+  }
+  curves.reference_context = depth["d0"].get<int64_t>();
+  std::vector<std::pair<int, double>> slopes;
+  for (auto& [key, value] : depth["slope"].items()) {
+    if (!value.is_number()) fail("{}: verify_depth slope '{}' is not a number", source, key);
+    try {
+      slopes.emplace_back(std::stoi(key), value.get<double>());
+    } catch (const std::invalid_argument&) {
+      fail("{}: verify_depth slope key '{}' is not a width", source, key);
+    }
+  }
+  std::sort(slopes.begin(), slopes.end());
+  for (const auto& [width, slope] : slopes) {
+    curves.slope_widths.push_back(width);
+    curves.slope_ms_per_token.push_back(slope);
+  }
+  return curves;
+}
+
+}  // namespace dspark

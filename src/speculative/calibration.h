@@ -1,0 +1,54 @@
+#pragma once
+// Measures the costs the draft cap is derived from (speculative.md §16.1) and caches them per
+// (machine, kernels, threads, mode, target, drafter, quantisation) in a JSON file
+// (~/.cache/dspark/calibration.json): verify milliseconds per width at a 512-token synthetic
+// context, drafter milliseconds per cap, the per-round overhead, and the verify slope with
+// context depth. Every timing is 3 warm-ups then the median of 8 iterations (the median rather
+// than the reference's mean: the machines we measure on are shared), with the state trimmed back
+// after each iteration.
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "model/model.h"
+#include "speculative/cap.h"
+#include "speculative/decode.h"
+
+namespace dspark {
+
+struct CalibrationOptions {
+  std::string cache_path;  // "" = $XDG_CACHE_HOME/dspark or ~/.cache/dspark, calibration.json
+  bool use_cache = true;   // false: always measure (the result is still stored)
+  std::string mode = "lookup";  // the decoding mode the costs are for (part of the key)
+  std::string target_name;      // model directory basename (part of the key)
+  std::string drafter_name;     // drafter basename, "" for none
+  int max_width = 8;            // verify widths 1..max_width (DSpark: block_size + 1)
+  int64_t context = 512;
+  int64_t deep_context = 16384;  // clipped to what the model's context allows
+  int warmups = 3;
+  int iterations = 8;
+};
+
+struct Calibration {
+  CostCurves curves;
+  std::string key;
+  bool from_cache = false;
+  double seconds = 0.0;  // spent measuring (0 when read from the cache)
+};
+
+// The cache key: schema, CPU model, best ISA, threads, mode, target, drafter, quantisation and
+// the target's decode bytes (which change with any re-quantisation).
+std::string calibration_key(const Model& target, const CalibrationOptions& options);
+
+// Measures (or reads from the cache) the cost curves of `target` with the drafter `drafter`
+// makes (null: no model drafter; drafter costs stay empty).
+Calibration calibrate(const Model& target, const DrafterFactory& drafter,
+                      const CalibrationOptions& options);
+
+nlohmann::json cost_curves_json(const CostCurves& curves);
+// Throws naming `source` when a field is missing or malformed.
+CostCurves cost_curves_from_json(const nlohmann::json& json, const std::string& source);
+
+std::string default_calibration_cache_path();
+
+}  // namespace dspark

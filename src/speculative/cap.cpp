@@ -1,0 +1,232 @@
+#include "speculative/cap.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/error.h"
+
+namespace dspark {
+namespace {
+
+// Piecewise-linear in points (1, values[0]), (2, values[1]), ...; beyond the last point the last
+// segment's slope continues, below the first the first value holds.
+double interpolate(const std::vector<double>& values, double x) {
+  const int64_t n = static_cast<int64_t>(values.size());
+  if (n == 0) return 0.0;
+  if (x <= 1.0 || n == 1) return values[0];
+  if (x >= static_cast<double>(n)) {
+    return values[n - 1] + (x - static_cast<double>(n)) * (values[n - 1] - values[n - 2]);
+  }
+  const int64_t low = static_cast<int64_t>(std::floor(x));
+  const double t = x - static_cast<double>(low);
+  return values[low - 1] + t * (values[low] - values[low - 1]);
+}
+
+}  // namespace
+
+double CostCurves::verify(int width) const { return interpolate(verify_ms, std::max(width, 1)); }
+
+double CostCurves::drafter(int cap) const {
+  if (cap <= 0 || drafter_ms.empty()) return 0.0;
+  return std::max(0.0, interpolate(drafter_ms, cap));
+}
+
+double CostCurves::depth(int width, int64_t context) const {
+  if (context <= reference_context || slope_widths.empty()) return 0.0;
+  // Slopes between the measured widths are interpolated; outside them the nearest one holds.
+  double slope = slope_ms_per_token.front();
+  if (width >= slope_widths.back()) {
+    slope = slope_ms_per_token.back();
+  } else {
+    for (size_t i = 1; i < slope_widths.size(); ++i) {
+      if (width <= slope_widths[i]) {
+        const double span = slope_widths[i] - slope_widths[i - 1];
+        const double t = span > 0 ? (width - slope_widths[i - 1]) / span : 1.0;
+        slope = slope_ms_per_token[i - 1] + std::clamp(t, 0.0, 1.0) *
+                                                (slope_ms_per_token[i] - slope_ms_per_token[i - 1]);
+        break;
+      }
+    }
+  }
+  return std::max(0.0, slope) * static_cast<double>(context - reference_context);
+}
+
+double CostCurves::round_ms(int cap, int64_t context) const {
+  if (cap <= 0) return verify(1) + depth(1, context);
+  return drafter(cap) + verify(cap + 1) + depth(cap + 1, context) + overhead_ms;
+}
+
+double expected_committed(double p, int cap) {
+  double total = 1.0;
+  double term = 1.0;
+  for (int i = 1; i <= cap; ++i) {
+    term *= p;
+    total += term;
+  }
+  return total;
+}
+
+double expected_committed(const std::vector<double>& survival, double tail_p, int cap) {
+  double total = 1.0;
+  double last = 1.0;
+  for (int i = 0; i < cap; ++i) {
+    last = i < static_cast<int>(survival.size()) ? survival[i] : last * tail_p;
+    total += last;
+  }
+  return total;
+}
+
+std::vector<double> measured_survival(const SpeculativeStats& stats, int64_t min_rounds) {
+  std::vector<double> survival;
+  for (size_t i = 0; i < stats.position_verified.size(); ++i) {
+    if (stats.position_verified[i] < min_rounds) break;
+    survival.push_back(double(stats.position_accepted[i]) / double(stats.position_verified[i]));
+  }
+  return survival;
+}
+
+double round_rate(const CostCurves& curves, int cap, double p, int64_t context) {
+  return expected_committed(p, cap) / curves.round_ms(cap, context);
+}
+
+namespace {
+
+template <typename Expected>
+int argmax_cap(const CostCurves& curves, int max_cap, int64_t context, Expected expected) {
+  if (curves.empty()) fail("the draft cap cannot be derived without measured verify costs");
+  if (max_cap < 1) fail("the largest draft cap must be at least 1, not {}", max_cap);
+  int best = 1;
+  double best_rate = -1.0;
+  for (int cap = 1; cap <= max_cap; ++cap) {
+    const double rate = expected(cap) / curves.round_ms(cap, context);
+    if (rate > best_rate) {
+      best_rate = rate;
+      best = cap;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+int derive_cap(const CostCurves& curves, int max_cap, double p, int64_t context) {
+  return argmax_cap(curves, max_cap, context, [p](int cap) { return expected_committed(p, cap); });
+}
+
+int derive_cap(const CostCurves& curves, int max_cap, const std::vector<double>& survival,
+               int64_t context) {
+  return argmax_cap(curves, max_cap, context, [&survival](int cap) {
+    return expected_committed(survival, kDerivedCapPrior, cap);
+  });
+}
+
+AutoCapController::AutoCapController(CostCurves curves, int max_cap)
+    : AutoCapController(std::move(curves), max_cap, Params{}) {}
+
+AutoCapController::AutoCapController(CostCurves curves, int max_cap, Params params)
+    : curves_(std::move(curves)),
+      max_cap_(max_cap),
+      params_(params),
+      cap_(std::clamp(params.init_cap, 1, std::max(max_cap, 1))),
+      p_(params.prior_p),
+      context_(curves_.reference_context),
+      timing_(static_cast<size_t>(std::max(max_cap, 1)) + 1) {
+  if (curves_.empty()) fail("the draft-cap controller needs measured verify costs");
+  if (max_cap < 1) fail("the largest draft cap must be at least 1, not {}", max_cap);
+}
+
+double AutoCapController::model_rate(int cap) const {
+  return expected_committed(p_, cap) / curves_.round_ms(cap, context_);
+}
+
+double AutoCapController::effective_rate(int cap) const {
+  if (cap >= 1) {
+    const CapTiming& timing = timing_[cap];
+    if (timing.rounds >= params_.min_rounds_observed &&
+        round_ - timing.last_round <= params_.obs_max_age && timing.ms_per_token > 0.0) {
+      return 1.0 / timing.ms_per_token;
+    }
+  }
+  return model_rate(cap) * correction_;
+}
+
+void AutoCapController::repick() {
+  for (int cap = 1; cap <= max_cap_; ++cap) {
+    if (round_ - timing_[cap].last_round > params_.obs_max_age) timing_[cap] = CapTiming{};
+  }
+  const bool may_park = params_.allow_parking && observations_ >= params_.min_obs_to_park;
+  int best = cap_;
+  double best_rate = effective_rate(cap_);
+  for (int cap = may_park ? 0 : 1; cap <= max_cap_; ++cap) {
+    const double rate = effective_rate(cap);
+    if (rate > best_rate) {
+      best_rate = rate;
+      best = cap;
+    }
+  }
+  if (best != cap_ && best_rate > params_.hysteresis * effective_rate(cap_)) {
+    if (best == 0) parked_rounds_ = 0;
+    cap_ = best;
+  }
+}
+
+int AutoCapController::cap_for_round() {
+  ++round_;
+  if (cap_ == 0) {
+    if (parked_rounds_ >= params_.probe_every) {
+      parked_rounds_ = 0;
+      return 1;
+    }
+    ++parked_rounds_;
+    return 0;
+  }
+  if (round_ % params_.repick_every == 0) repick();
+  if (cap_ == 0) {
+    ++parked_rounds_;
+    return 0;
+  }
+  return cap_;
+}
+
+void AutoCapController::observe(double outcome) {
+  ++observations_;
+  const double rate = std::max(params_.alpha, 1.0 / static_cast<double>(observations_));
+  p_ += rate * (outcome - p_);
+}
+
+void AutoCapController::on_round(int cap_used, int accepted, double seconds, int committed) {
+  if (cap_used < 1) return;
+  for (int i = 0; i < accepted; ++i) observe(1.0);
+  // A fully accepted round says nothing about the slot after it (censored): no failure.
+  if (accepted < cap_used) observe(0.0);
+
+  if (cap_used <= max_cap_ && committed > 0 && seconds > 0.0) {
+    CapTiming& timing = timing_[cap_used];
+    const double ms_per_token = seconds * 1000.0 / committed;
+    timing.ms_per_token = timing.rounds == 0
+                              ? ms_per_token
+                              : timing.ms_per_token + params_.t_alpha * (ms_per_token - timing.ms_per_token);
+    ++timing.rounds;
+    timing.last_round = round_;
+    correction_ += params_.correction_rate *
+                   ((1.0 / timing.ms_per_token) / model_rate(cap_used) - correction_);
+  }
+  // A probe decides at once whether to leave the parked state.
+  if (cap_ == 0) repick();
+}
+
+CapPolicyFactory make_cap_policy_factory(CostCurves curves, int max_cap, bool allow_parking) {
+  return [curves = std::move(curves), max_cap,
+          allow_parking](const DecodeOptions& options) -> std::unique_ptr<CapPolicy> {
+    if (options.auto_cap) {
+      AutoCapController::Params params;
+      params.allow_parking = allow_parking;
+      return std::make_unique<AutoCapController>(curves, max_cap, params);
+    }
+    if (options.max_draft) return std::make_unique<FixedCap>(*options.max_draft);
+    constexpr int kUncalibratedCap = 2;
+    return std::make_unique<FixedCap>(curves.empty() ? kUncalibratedCap : derive_cap(curves, max_cap));
+  };
+}
+
+}  // namespace dspark

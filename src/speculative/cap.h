@@ -1,0 +1,120 @@
+#pragma once
+// How many drafts a round should offer (speculative.md §16): the measured cost model, the derived
+// cap (the argmax over C of expected committed tokens per unit time), and the per-round
+// controller behind --max-draft auto.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "speculative/decode.h"
+#include "speculative/verify.h"
+
+namespace dspark {
+
+// Measured costs in milliseconds (calibration.h fills them). Widths and caps between or beyond
+// the measured points are priced piecewise-linearly, extrapolating the last segment's slope.
+struct CostCurves {
+  std::vector<double> verify_ms;   // [w - 1]: one tapped target forward of width w = 1, 2, ...
+  std::vector<double> drafter_ms;  // [C - 1]: drafting C tokens; empty = free (lookup drafts)
+  double overhead_ms = 0.0;        // per round, beyond drafting and verifying
+  int64_t reference_context = 512;  // context depth the curves were measured at
+  // Extra verify milliseconds per context token beyond reference_context, at a few widths.
+  std::vector<int> slope_widths;
+  std::vector<double> slope_ms_per_token;
+
+  bool empty() const { return verify_ms.empty(); }
+  double verify(int width) const;
+  double drafter(int cap) const;
+  double depth(int width, int64_t context) const;
+  // Milliseconds of a round offering `cap` drafts at `context` (cap 0: a plain step).
+  double round_ms(int cap, int64_t context) const;
+};
+
+// Expected committed tokens of a round offering `cap` drafts: 1 + Σ_{i=1..cap} p^i.
+double expected_committed(double p, int cap);
+// The same from per-slot survival: survival[i] = P(drafts 0..i all accepted); slots beyond the
+// vector continue geometrically with `tail_p`.
+double expected_committed(const std::vector<double>& survival, double tail_p, int cap);
+
+// Survival per slot from a run's statistics (slots verified fewer than `min_rounds` times are
+// left out, so the vector may be shorter than the slots seen).
+std::vector<double> measured_survival(const SpeculativeStats& stats, int64_t min_rounds = 8);
+
+// Committed tokens per millisecond of a round offering `cap` drafts.
+double round_rate(const CostCurves& curves, int cap, double p, int64_t context);
+
+// The prior acceptance the derived cap assumes without measurements (§16.3).
+constexpr double kDerivedCapPrior = 0.70;
+
+// argmax over C in 1..max_cap of round_rate (ties go to the smaller cap).
+int derive_cap(const CostCurves& curves, int max_cap, double p = kDerivedCapPrior,
+               int64_t context = 512);
+// The same with measured per-slot survival, continued with the prior beyond it.
+int derive_cap(const CostCurves& curves, int max_cap, const std::vector<double>& survival,
+               int64_t context = 512);
+
+// The per-round controller (--max-draft auto, §16.4): a running-mean-then-EWMA estimate of the
+// per-slot acceptance p, per-cap timing, a re-pick every few rounds with hysteresis, and parking
+// at cap 0 (plain steps, with a cap-1 probe every probe_every rounds) when speculation loses.
+class AutoCapController : public CapPolicy {
+ public:
+  struct Params {
+    int init_cap = 2;
+    double prior_p = 0.65;
+    double alpha = 0.02;
+    double hysteresis = 1.03;
+    int repick_every = 4;
+    bool allow_parking = true;  // DSpark only
+    int min_obs_to_park = 24;
+    int probe_every = 8;
+    double t_alpha = 0.1;
+    int min_rounds_observed = 4;
+    int obs_max_age = 32;
+    double correction_rate = 0.05;
+  };
+
+  AutoCapController(CostCurves curves, int max_cap);
+  AutoCapController(CostCurves curves, int max_cap, Params params);
+
+  int cap_for_round() override;
+  void on_round(int cap_used, int accepted, double seconds, int committed) override;
+
+  // Context depth of the sequence (prompt + generated), for the depth term of the cost model.
+  void set_context(int64_t tokens) { context_ = tokens; }
+
+  int current_cap() const { return cap_; }
+  bool parked() const { return cap_ == 0; }
+  double acceptance() const { return p_; }
+  int64_t observations() const { return observations_; }
+  // Committed tokens per millisecond the controller expects of `cap` now.
+  double effective_rate(int cap) const;
+
+ private:
+  struct CapTiming {
+    double ms_per_token = 0.0;
+    int64_t rounds = 0;
+    int64_t last_round = 0;
+  };
+
+  double model_rate(int cap) const;
+  void repick();
+  void observe(double outcome);
+
+  CostCurves curves_;
+  int max_cap_;
+  Params params_;
+  int cap_;
+  double p_;
+  int64_t observations_ = 0;
+  int64_t context_ = 0;
+  int64_t round_ = 0;            // rounds the loop asked a cap for
+  int64_t parked_rounds_ = 0;    // plain steps since parking or the last probe
+  double correction_ = 1.0;      // observed / modelled rate, for caps without observations
+  std::vector<CapTiming> timing_;  // [cap], cap 1..max_cap
+};
+
+// The cap policy of dspark / dflash generations: --max-draft auto gets a fresh controller, a
+// pinned --max-draft a fixed cap, otherwise the derived cap of `curves` (2 when they are empty).
+CapPolicyFactory make_cap_policy_factory(CostCurves curves, int max_cap, bool allow_parking);
+
+}  // namespace dspark

@@ -1,0 +1,221 @@
+#include "speculative/dspark.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/error.h"
+#include "kernels/quant.h"
+
+namespace dspark {
+namespace {
+
+// An embedding row the way MLX's (quantized) embedding computes it.
+void embedding_row(const LinearWeights& table, int64_t index, float* out) {
+  if (index < 0 || index >= table.rows()) {
+    fail("token {} is outside the drafter embedding of {} rows", index, table.rows());
+  }
+  if (table.quantized) {
+    kernels::dequantize_rows_mlx(table.quant, 0, index, index + 1, out);
+  } else {
+    table.row(index, out);
+  }
+}
+
+}  // namespace
+
+DSparkHead::DSparkHead(const std::string& directory, const Model& target,
+                       const DrafterLoadOptions& options)
+    : checkpoint_(std::make_unique<Checkpoint>(directory)), target_(target) {
+  const std::string source = checkpoint_->path() + "/config.json";
+  config_ = read_dspark_config(checkpoint_->config(), source);
+  const BackboneConfig& b = config_.backbone;
+  check_taps_in_target(b, target, source);
+  DrafterTensors t(*checkpoint_, options.bits);
+  const int64_t H = b.hidden, V = b.vocab, Vd = config_.draft_vocab, r = config_.markov_rank;
+  backbone_ = std::make_unique<DrafterBackbone>(b, t);
+  if (t.has("embed_tokens.weight")) embed_ = t.linear("embed_tokens", V, H);
+  if (t.has("lm_head.weight")) {
+    lm_head_ = t.linear("lm_head", Vd, H);
+  } else if (Vd != V) {
+    fail("{}: a reduced draft vocabulary ({} of {}) needs the drafter's own lm_head", source, Vd, V);
+  }
+  if (r > 0) {
+    t.require("markov_head.markov_w1.weight", "Markov W1");
+    t.require("markov_head.markov_w2.weight", "Markov W2");
+    markov_w1_ = t.linear("markov_head.markov_w1", V, r);
+    markov_w2_ = t.linear("markov_head.markov_w2", Vd, r);
+  }
+  if (t.has("confidence_head.proj.weight")) {
+    confidence_ = t.linear("confidence_head.proj", 1, H + (config_.confidence_with_markov ? r : 0));
+  }
+  config_.confidence_head = confidence_ != nullptr;
+  std::vector<std::string> ignored{"t2d"};
+  if (Vd != V) {
+    if (!t.has("d2t")) {
+      fail("{}: draft_vocab_size {} < vocab_size {} but the checkpoint has no d2t table", source,
+           Vd, V);
+    }
+    const TensorView& d2t = t.tensor("d2t");
+    if (d2t.rank() != 1 || d2t.dim(0) != Vd) fail("{}: d2t must have shape [{}]", source, Vd);
+    draft_to_target_.resize(Vd);
+    for (int64_t i = 0; i < Vd; ++i) {
+      draft_to_target_[i] = i + static_cast<int64_t>(d2t.load_float(i));
+      if (draft_to_target_[i] < 0 || draft_to_target_[i] >= V) {
+        fail("{}: d2t maps draft id {} outside the target vocabulary", source, i);
+      }
+    }
+  } else if (t.has("d2t")) {
+    fail("{}: the checkpoint has a d2t table but the config declares no reduced draft vocabulary",
+         source);
+  }
+  t.check_all_used(ignored);
+}
+
+int DSparkHead::max_drafts() const {
+  return static_cast<int>(config_.backbone.block_size - config_.backbone.logits_start);
+}
+
+int64_t DSparkHead::block_width(int cap) const {
+  const BackboneConfig& b = config_.backbone;
+  const bool causal = std::all_of(b.causal.begin(), b.causal.end(), [](bool c) { return c; });
+  if (!causal) return b.block_size;
+  return std::min<int64_t>(b.block_size, b.logits_start + std::max(1, cap));
+}
+
+void DSparkHead::embed_block(int32_t anchor, int64_t width, float* out) const {
+  const int64_t H = config_.backbone.hidden;
+  for (int64_t i = 0; i < width; ++i) {
+    const int32_t token = i == 0 ? anchor : config_.backbone.mask_token_id;
+    if (embed_ != nullptr) {
+      embedding_row(embed_->weights, token, out + i * H);
+    } else {
+      target_.embed(&token, 1, out + i * H);
+    }
+  }
+}
+
+void DSparkHead::base_logits(const float* hidden, int64_t rows, float* logits) const {
+  const LinearWeights& head = lm_head_ != nullptr ? lm_head_->weights : target_.lm_head();
+  head.apply(hidden, rows, logits);
+  if (config_.logit_softcap > 0.0f) {
+    const float cap = config_.logit_softcap;
+    for (int64_t i = 0; i < rows * config_.draft_vocab; ++i) {
+      logits[i] = cap * std::tanh(logits[i] / cap);
+    }
+  }
+}
+
+void DSparkHead::markov_embedding(int32_t token, float* out) const {
+  embedding_row(markov_w1_->weights, token, out);
+}
+
+void DSparkHead::markov_bias(const float* embedding, float* bias) const {
+  markov_w2_->weights.apply(embedding, 1, bias);
+}
+
+float DSparkHead::confidence(const float* hidden, const float* prev_embedding) const {
+  const int64_t H = config_.backbone.hidden;
+  const int64_t r = config_.confidence_with_markov ? config_.markov_rank : 0;
+  std::vector<float> features(hidden, hidden + H);
+  features.insert(features.end(), prev_embedding, prev_embedding + r);
+  float logit = 0.0f;
+  confidence_->weights.apply(features.data(), 1, &logit);
+  return 1.0f / (1.0f + std::exp(-logit));
+}
+
+int32_t DSparkHead::to_target(int32_t draft_id) const {
+  return draft_to_target_.empty() ? draft_id : static_cast<int32_t>(draft_to_target_[draft_id]);
+}
+
+int64_t DSparkHead::weight_bytes() const {
+  int64_t bytes = backbone_->weight_bytes();
+  for (const auto* linear : {&embed_, &lm_head_, &markov_w1_, &markov_w2_, &confidence_}) {
+    if (*linear != nullptr) bytes += linear_bytes((*linear)->weights);
+  }
+  return bytes;
+}
+
+DSparkDrafter::DSparkDrafter(std::shared_ptr<const DSparkHead> head, float confidence_threshold)
+    : head_(std::move(head)),
+      confidence_threshold_(confidence_threshold),
+      context_(head_->backbone().new_context()) {}
+
+std::vector<int> DSparkDrafter::tap_layers() const {
+  return head_->config().backbone.target_layer_ids;
+}
+
+void DSparkDrafter::on_target_rows(const int32_t* tokens, int64_t n, const float* taps) {
+  (void)tokens;
+  if (n > 0) head_->backbone().append_context(taps, n, context_);
+}
+
+Draft DSparkDrafter::propose(const DraftRequest& request) {
+  const DSparkConfig& c = head_->config();
+  const int64_t H = c.backbone.hidden, Vd = c.draft_vocab, r = c.markov_rank;
+  const int64_t position = static_cast<int64_t>(request.committed.size()) - 1;
+  if (position != context_.length) {
+    fail("DSpark drafter context holds {} rows but {} tokens precede the pending one (the target "
+         "rows of a cached prefix never reached the drafter)",
+         context_.length, position);
+  }
+  Draft draft;
+  const int cap = std::min(request.cap, head_->max_drafts());
+  last_logits_.clear();
+  last_confidences_.clear();
+  if (cap <= 0) return draft;
+  const int64_t width = head_->block_width(cap);
+  const int64_t start = c.backbone.logits_start;
+  std::vector<float> block(width * H), hidden(width * H);
+  head_->embed_block(request.committed.back(), width, block.data());
+  head_->backbone().run_block(block.data(), width, context_, hidden.data());
+
+  last_logits_.resize(static_cast<size_t>(cap * Vd));
+  head_->base_logits(hidden.data() + start * H, cap, last_logits_.data());
+  std::vector<float> prev_embedding(r), bias(Vd);
+  int32_t prev = request.committed.back();
+  for (int i = 0; i < cap; ++i) {
+    float* logits = last_logits_.data() + static_cast<int64_t>(i) * Vd;
+    if (r > 0) {
+      head_->markov_embedding(prev, prev_embedding.data());
+      head_->markov_bias(prev_embedding.data(), bias.data());
+      for (int64_t v = 0; v < Vd; ++v) logits[v] += bias[v];
+    }
+    if (c.confidence_head) {
+      last_confidences_.push_back(
+          head_->confidence(hidden.data() + (start + i) * H, prev_embedding.data()));
+    }
+    int32_t token;
+    if (request.sampling.greedy()) {
+      token = head_->to_target(argmax(logits, Vd));
+    } else {
+      TokenDistribution q = target_distribution(request.sampling, logits, Vd);
+      for (int32_t& id : q.ids) id = head_->to_target(id);
+      token = sample_from(q, request.rng.uniform());
+      draft.proposals.push_back(std::move(q));
+    }
+    draft.tokens.push_back(token);
+    prev = token;
+  }
+  if (confidence_threshold_ > 0.0f && !last_confidences_.empty()) {
+    double survival = 1.0;
+    size_t keep = 0;
+    for (float confidence : last_confidences_) {
+      survival *= confidence;
+      if (survival < confidence_threshold_) break;
+      ++keep;
+    }
+    keep = std::max<size_t>(keep, 1);
+    draft.tokens.resize(keep);
+    if (!draft.proposals.empty()) draft.proposals.resize(keep);
+  }
+  return draft;
+}
+
+std::function<std::unique_ptr<Drafter>()> dspark_drafter_factory(
+    std::shared_ptr<const DSparkHead> head, float confidence_threshold) {
+  return [head, confidence_threshold]() -> std::unique_ptr<Drafter> {
+    return std::make_unique<DSparkDrafter>(head, confidence_threshold);
+  };
+}
+
+}  // namespace dspark

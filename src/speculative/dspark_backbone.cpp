@@ -1,0 +1,210 @@
+#include "speculative/dspark_backbone.h"
+
+#include <cmath>
+#include <limits>
+
+#include "base/error.h"
+#include "base/thread_pool.h"
+#include "kernels/ops.h"
+
+namespace dspark {
+namespace {
+
+std::vector<float> offset_if(std::vector<float> weight, bool offset) {
+  if (offset) {
+    for (float& w : weight) w += 1.0f;
+  }
+  return weight;
+}
+
+}  // namespace
+
+void block_attention(const BlockAttention& spec, const float* q, int64_t rows, const float* ctx_keys,
+                     const float* ctx_values, int64_t ctx_rows, const float* block_keys,
+                     const float* block_values, float* out) {
+  const int64_t hd = spec.head_dim, group = spec.heads / spec.kv_heads;
+  const int64_t kv_width = spec.kv_heads * hd;
+  const int64_t p = ctx_rows;
+  default_pool().parallel_for(rows * spec.heads, 1, [&](int64_t begin, int64_t end, int) {
+    std::vector<float> scores(static_cast<size_t>(ctx_rows + rows));
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t i = task / spec.heads, h = task % spec.heads, kv = h / group;
+      const int64_t query_position = p + i;
+      const float* qi = q + (i * spec.heads + h) * hd;
+      auto visible = [&](int64_t key_position) {
+        if (spec.causal && key_position > query_position) return false;
+        return spec.window <= 0 || key_position > query_position - spec.window;
+      };
+      auto key_row = [&](int64_t j) {
+        return j < p ? ctx_keys + j * kv_width + kv * hd : block_keys + (j - p) * kv_width + kv * hd;
+      };
+      auto value_row = [&](int64_t j) {
+        return j < p ? ctx_values + j * kv_width + kv * hd
+                     : block_values + (j - p) * kv_width + kv * hd;
+      };
+      float max_score = spec.sinks != nullptr ? spec.sinks[h] : -std::numeric_limits<float>::infinity();
+      for (int64_t j = 0; j < p + rows; ++j) {
+        if (!visible(j)) continue;
+        const float* k = key_row(j);
+        float dot = 0.0f;
+        for (int64_t d = 0; d < hd; ++d) dot += qi[d] * k[d];
+        scores[j] = dot * spec.scale;
+        max_score = std::max(max_score, scores[j]);
+      }
+      float denominator = spec.sinks != nullptr ? std::exp(spec.sinks[h] - max_score) : 0.0f;
+      float* o = out + (i * spec.heads + h) * hd;
+      std::fill(o, o + hd, 0.0f);
+      for (int64_t j = 0; j < p + rows; ++j) {
+        if (!visible(j)) continue;
+        const float weight = std::exp(scores[j] - max_score);
+        denominator += weight;
+        const float* v = value_row(j);
+        for (int64_t d = 0; d < hd; ++d) o[d] += weight * v[d];
+      }
+      const float inverse = 1.0f / denominator;
+      for (int64_t d = 0; d < hd; ++d) o[d] *= inverse;
+    }
+  });
+}
+
+DrafterBackbone::DrafterBackbone(const BackboneConfig& config, DrafterTensors& t) : config_(config) {
+  const BackboneConfig& c = config_;
+  const int64_t H = c.hidden, hd = c.head_dim;
+  const int64_t taps = static_cast<int64_t>(c.target_layer_ids.size());
+  for (const auto& [name, what] : {std::pair{"fc", "fc (tap projection)"},
+                                   std::pair{"hidden_norm.weight", "hidden_norm"},
+                                   std::pair{"norm.weight", "final norm"}}) {
+    t.require(name, what);
+  }
+  fc_ = t.linear("fc", H, taps * H);
+  if (!fc_->weights.bias.empty()) fail("{}: fc must have no bias", t.source());
+  hidden_norm_ = offset_if(t.floats("hidden_norm.weight", {H}), c.offset_norms);
+  final_norm_ = offset_if(t.floats("norm.weight", {H}), c.offset_norms);
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const std::string p = "layers." + std::to_string(l);
+    Layer layer;
+    layer.input_norm = offset_if(t.floats(p + ".input_layernorm.weight", {H}), c.offset_norms);
+    layer.post_attention_norm =
+        offset_if(t.floats(p + ".post_attention_layernorm.weight", {H}), c.offset_norms);
+    layer.q_proj = t.linear(p + ".self_attn.q_proj", c.heads * hd * (c.gated_q ? 2 : 1), H);
+    layer.k_proj = t.linear(p + ".self_attn.k_proj", c.kv_heads * hd, H);
+    layer.v_proj = t.linear(p + ".self_attn.v_proj", c.kv_heads * hd, H);
+    layer.o_proj = t.linear(p + ".self_attn.o_proj", H, c.heads * hd);
+    layer.q_norm = offset_if(t.floats(p + ".self_attn.q_norm.weight", {hd}), c.offset_norms);
+    layer.k_norm = offset_if(t.floats(p + ".self_attn.k_norm.weight", {hd}), c.offset_norms);
+    if (c.attention_sinks) {
+      layer.sinks = t.floats(p + ".self_attn.attention_sink_bias", {c.heads});
+    }
+    layer.gate_proj = t.linear(p + ".mlp.gate_proj", c.intermediate, H);
+    layer.up_proj = t.linear(p + ".mlp.up_proj", c.intermediate, H);
+    layer.down_proj = t.linear(p + ".mlp.down_proj", H, c.intermediate);
+    layers_.push_back(std::move(layer));
+  }
+  inv_freq_.resize(c.rope_dims / 2);
+  for (int64_t i = 0; i < c.rope_dims / 2; ++i) {
+    inv_freq_[i] = static_cast<float>(
+        1.0 / std::pow(c.rope_theta, static_cast<double>(2 * i) / static_cast<double>(c.rope_dims)));
+  }
+}
+
+DrafterContext DrafterBackbone::new_context() const {
+  DrafterContext context;
+  context.keys.resize(config_.layers);
+  context.values.resize(config_.layers);
+  return context;
+}
+
+void DrafterBackbone::project_keys(const Layer& layer, float* keys, int64_t rows,
+                                   int64_t first_position) const {
+  const BackboneConfig& c = config_;
+  kernels::rms_norm(keys, rows * c.kv_heads, c.head_dim, layer.k_norm.data(), c.eps, keys);
+  const kernels::RopeSpec rope{inv_freq_.data(), c.rope_dims, c.rope_traditional, 1.0f};
+  kernels::rope(keys, rows, c.kv_heads, c.head_dim, first_position, rope);
+}
+
+void DrafterBackbone::append_context(const float* taps, int64_t n, DrafterContext& context) const {
+  const BackboneConfig& c = config_;
+  const int64_t H = c.hidden, kv_width = c.kv_heads * c.head_dim;
+  std::vector<float> fused(static_cast<size_t>(n * H));
+  fc_->weights.apply(taps, n, fused.data());
+  kernels::rms_norm(fused.data(), n, H, hidden_norm_.data(), c.eps, fused.data());
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const Layer& layer = layers_[l];
+    auto& keys = context.keys[l];
+    auto& values = context.values[l];
+    keys.resize(static_cast<size_t>((context.length + n) * kv_width));
+    values.resize(keys.size());
+    float* new_keys = keys.data() + context.length * kv_width;
+    layer.k_proj->weights.apply(fused.data(), n, new_keys);
+    layer.v_proj->weights.apply(fused.data(), n, values.data() + context.length * kv_width);
+    project_keys(layer, new_keys, n, context.length);
+  }
+  context.length += n;
+}
+
+void DrafterBackbone::run_block(const float* embedded, int64_t width, const DrafterContext& context,
+                                float* hidden) const {
+  const BackboneConfig& c = config_;
+  const int64_t H = c.hidden, hd = c.head_dim, I = c.intermediate;
+  const int64_t q_width = c.heads * hd, kv_width = c.kv_heads * hd;
+  const int64_t p = context.length;
+  std::vector<float> x(embedded, embedded + width * H), a(width * H), out(width * H);
+  std::vector<float> projected(width * q_width * (c.gated_q ? 2 : 1)), q(width * q_width),
+      gate(c.gated_q ? width * q_width : 0), o(width * q_width), k(width * kv_width),
+      v(width * kv_width), mlp_gate(width * I), mlp_up(width * I);
+  const kernels::RopeSpec rope{inv_freq_.data(), c.rope_dims, c.rope_traditional, 1.0f};
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const Layer& layer = layers_[l];
+    kernels::rms_norm(x.data(), width, H, layer.input_norm.data(), c.eps, a.data());
+    layer.q_proj->weights.apply(a.data(), width, projected.data());
+    if (c.gated_q) {
+      // Per head [q | gate]: the gate is not normed.
+      for (int64_t r = 0; r < width * c.heads; ++r) {
+        std::copy_n(projected.data() + r * 2 * hd, hd, q.data() + r * hd);
+        std::copy_n(projected.data() + r * 2 * hd + hd, hd, gate.data() + r * hd);
+      }
+    } else {
+      q.assign(projected.begin(), projected.end());
+    }
+    kernels::rms_norm(q.data(), width * c.heads, hd, layer.q_norm.data(), c.eps, q.data());
+    kernels::rope(q.data(), width, c.heads, hd, p, rope);
+    layer.k_proj->weights.apply(a.data(), width, k.data());
+    layer.v_proj->weights.apply(a.data(), width, v.data());
+    project_keys(layer, k.data(), width, p);
+    const BlockAttention attention{c.heads,
+                                   c.kv_heads,
+                                   hd,
+                                   c.causal[l],
+                                   c.window[l],
+                                   1.0f / std::sqrt(static_cast<float>(hd)),
+                                   layer.sinks.empty() ? nullptr : layer.sinks.data()};
+    block_attention(attention, q.data(), width, context.keys[l].data(), context.values[l].data(), p,
+                    k.data(), v.data(), o.data());
+    if (c.gated_q) {
+      for (int64_t i = 0; i < width * q_width; ++i) o[i] *= 1.0f / (1.0f + std::exp(-gate[i]));
+    }
+    layer.o_proj->weights.apply(o.data(), width, out.data());
+    for (int64_t i = 0; i < width * H; ++i) x[i] += out[i];
+    kernels::rms_norm(x.data(), width, H, layer.post_attention_norm.data(), c.eps, a.data());
+    layer.gate_proj->weights.apply(a.data(), width, mlp_gate.data());
+    layer.up_proj->weights.apply(a.data(), width, mlp_up.data());
+    kernels::silu(mlp_gate.data(), width * I);
+    for (int64_t i = 0; i < width * I; ++i) mlp_gate[i] *= mlp_up[i];
+    layer.down_proj->weights.apply(mlp_gate.data(), width, out.data());
+    for (int64_t i = 0; i < width * H; ++i) x[i] += out[i];
+  }
+  kernels::rms_norm(x.data(), width, H, final_norm_.data(), c.eps, hidden);
+}
+
+int64_t DrafterBackbone::weight_bytes() const {
+  int64_t bytes = linear_bytes(fc_->weights);
+  for (const Layer& layer : layers_) {
+    for (const auto* linear : {&layer.q_proj, &layer.k_proj, &layer.v_proj, &layer.o_proj,
+                               &layer.gate_proj, &layer.up_proj, &layer.down_proj}) {
+      bytes += linear_bytes((*linear)->weights);
+    }
+  }
+  return bytes;
+}
+
+}  // namespace dspark

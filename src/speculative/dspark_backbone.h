@@ -1,0 +1,66 @@
+#pragma once
+// The parallel block backbone DSpark and DFlash share (speculative.md §11.3–§11.5, §12.1):
+// committed tokens' fused target taps are projected once (fc, hidden_norm) into per-layer
+// context K/V (append-only, roped at their absolute positions); a draft block [anchor, mask ...]
+// at positions p .. p + w - 1 runs through qwen3 layers whose attention reads [ctx ; block]
+// with the head's pattern (bidirectional, or causal with a sliding window, optional sinks).
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "speculative/drafter_loader.h"
+
+namespace dspark {
+
+// One sequence's drafter context: per layer, token-major [positions, kv_heads, head_dim].
+struct DrafterContext {
+  std::vector<std::vector<float>> keys, values;
+  int64_t length = 0;
+};
+
+class DrafterBackbone {
+ public:
+  // Binds fc, hidden_norm, layers.* and norm from `tensors` (prefix "" = DeepSpec names).
+  DrafterBackbone(const BackboneConfig& config, DrafterTensors& tensors);
+
+  const BackboneConfig& config() const { return config_; }
+  DrafterContext new_context() const;
+  // Appends n rows of fused taps [n, n_taps * hidden] at positions context.length ...
+  void append_context(const float* taps, int64_t n, DrafterContext& context) const;
+  // Runs the embedded block [width, hidden] at positions context.length ... and writes the
+  // final-normed hidden states [width, hidden].
+  void run_block(const float* embedded, int64_t width, const DrafterContext& context,
+                 float* hidden) const;
+  int64_t weight_bytes() const;
+
+ private:
+  struct Layer {
+    std::vector<float> input_norm, post_attention_norm, q_norm, k_norm, sinks;
+    std::unique_ptr<DrafterLinear> q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj;
+  };
+  void project_keys(const Layer& layer, float* keys, int64_t rows, int64_t first_position) const;
+
+  BackboneConfig config_;
+  std::vector<float> inv_freq_;
+  std::unique_ptr<DrafterLinear> fc_;
+  std::vector<float> hidden_norm_, final_norm_;
+  std::vector<Layer> layers_;
+};
+
+// Block attention with an explicit pattern. q: [rows, heads, hd] at positions p .. p + rows - 1;
+// keys/values: [ctx rows at positions 0 .. p - 1] followed by [rows block rows], token-major
+// [kv_heads, hd]; sinks: [heads] or null (a per-head logit in the softmax normaliser that
+// contributes no value).
+struct BlockAttention {
+  int64_t heads = 0, kv_heads = 0, head_dim = 0;
+  bool causal = false;
+  int64_t window = 0;  // 0 = none
+  float scale = 1.0f;
+  const float* sinks = nullptr;
+};
+void block_attention(const BlockAttention& spec, const float* q, int64_t rows, const float* ctx_keys,
+                     const float* ctx_values, int64_t ctx_rows, const float* block_keys,
+                     const float* block_values, float* out);
+
+}  // namespace dspark

@@ -1,0 +1,224 @@
+// The cost model and derived cap on synthetic curves whose optimum is worked out by hand, and the
+// per-round controller on synthetic acceptance streams.
+#include "speculative/cap.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+namespace dspark {
+namespace {
+
+CostCurves curves_of(std::vector<double> verify, std::vector<double> drafter = {},
+                     double overhead = 0.0) {
+  CostCurves curves;
+  curves.verify_ms = std::move(verify);
+  curves.drafter_ms = std::move(drafter);
+  curves.overhead_ms = overhead;
+  return curves;
+}
+
+TEST(CostCurves, InterpolatesAndExtrapolatesTheLastSegment) {
+  const CostCurves curves = curves_of({10, 12, 20}, {1, 3});
+  EXPECT_DOUBLE_EQ(curves.verify(1), 10);
+  EXPECT_DOUBLE_EQ(curves.verify(3), 20);
+  EXPECT_DOUBLE_EQ(curves.verify(5), 36);  // slope 8 past width 3
+  EXPECT_DOUBLE_EQ(curves.verify(0), 10);
+  EXPECT_DOUBLE_EQ(curves.drafter(0), 0);
+  EXPECT_DOUBLE_EQ(curves.drafter(4), 7);
+  EXPECT_DOUBLE_EQ(curves.round_ms(0, 512), 10);
+  EXPECT_DOUBLE_EQ(curves.round_ms(2, 512), 3 + 20);
+}
+
+TEST(CostCurves, DepthSlopeOnlyBeyondTheReferenceContext) {
+  CostCurves curves = curves_of({10, 10, 10, 10, 10});
+  curves.slope_widths = {1, 3, 5};
+  curves.slope_ms_per_token = {0.001, 0.002, 0.004};
+  EXPECT_DOUBLE_EQ(curves.depth(1, 400), 0.0);
+  EXPECT_DOUBLE_EQ(curves.depth(1, 1512), 1.0);
+  EXPECT_DOUBLE_EQ(curves.depth(2, 1512), 1.5);
+  EXPECT_DOUBLE_EQ(curves.depth(4, 1512), 3.0);
+  EXPECT_DOUBLE_EQ(curves.depth(9, 1512), 4.0);
+}
+
+TEST(ExpectedCommitted, GeometricAndFromSurvival) {
+  EXPECT_DOUBLE_EQ(expected_committed(0.5, 0), 1.0);
+  EXPECT_DOUBLE_EQ(expected_committed(0.5, 3), 1.875);
+  EXPECT_DOUBLE_EQ(expected_committed({0.9, 0.5}, 0.5, 3), 1 + 0.9 + 0.5 + 0.25);
+}
+
+TEST(MeasuredSurvival, StopsAtThinlyObservedSlots) {
+  SpeculativeStats stats;
+  stats.position_verified = {100, 80, 3};
+  stats.position_accepted = {90, 40, 1};
+  EXPECT_EQ(measured_survival(stats), (std::vector<double>{0.9, 0.5}));
+}
+
+// A flat verify curve and a free drafter (the wide-GPU case): every extra draft is free, so the
+// largest cap wins.
+TEST(DeriveCap, FlatCurveSelectsTheFullBlock) {
+  EXPECT_EQ(derive_cap(curves_of({10, 10, 10, 10, 10, 10, 10, 10}), 7), 7);
+}
+
+// A knee: widths up to 4 cost 10 ms, wider ones 30 ms. With p = 0.7,
+// rate(3) = 2.533 / 10 beats rate(4) = 2.773 / 30 and every smaller cap.
+TEST(DeriveCap, KneeSelectsTheWidestCheapWidth) {
+  EXPECT_EQ(derive_cap(curves_of({10, 10, 10, 10, 30, 30, 30, 30}), 7), 3);
+}
+
+// Linear verify cost 10 + 4 (w - 1) and a drafter of 1 ms per draft: rate(C) = E(C) / (10 + 5C).
+// With p = 0.7: C=1 0.1133, C=2 0.1095, so 1; with p = 0.9: C=3 0.1374, C=4 0.1366, C=2 0.1355.
+TEST(DeriveCap, LinearCostOptimumMovesWithAcceptance) {
+  const CostCurves curves = curves_of({10, 14, 18, 22, 26, 30, 34, 38}, {1, 2, 3, 4, 5, 6, 7});
+  EXPECT_EQ(derive_cap(curves, 7, 0.7), 1);
+  EXPECT_EQ(derive_cap(curves, 7, 0.9), 3);
+}
+
+// Measured survival replaces the prior: a drafter that is right twice and then almost never
+// makes cap 2 the optimum of a flat curve, where the prior would take the full block.
+TEST(DeriveCap, MeasuredSurvivalOverridesThePrior) {
+  const CostCurves curves = curves_of({10, 10.1, 10.2, 10.3, 10.4, 10.5, 10.6, 10.7});
+  EXPECT_EQ(derive_cap(curves, 7), 7);
+  EXPECT_EQ(derive_cap(curves, 7, std::vector<double>{0.95, 0.9, 0.01, 0.0, 0.0, 0.0, 0.0}), 2);
+}
+
+TEST(DeriveCap, DepthShrinksTheCap) {
+  CostCurves curves = curves_of({10, 10, 10, 10, 10, 10, 10, 10});
+  curves.slope_widths = {1, 8};
+  curves.slope_ms_per_token = {0.0, 0.01};  // wide verifies pay for long contexts
+  EXPECT_EQ(derive_cap(curves, 7, 0.7, 512), 7);
+  EXPECT_LT(derive_cap(curves, 7, 0.7, 8192), 4);
+}
+
+// Drives a controller the way the verify loop does: a cap per round, plain steps at cap 0 (not
+// reported), drafts accepted independently with probability p(round), and round times taken from
+// the same cost curves.
+struct Simulation {
+  AutoCapController& controller;
+  const CostCurves& curves;
+  std::mt19937 rng{1234};
+  std::vector<int> caps;
+
+  void run(int rounds, double p) {
+    std::bernoulli_distribution accept(p);
+    for (int r = 0; r < rounds; ++r) {
+      const int cap = controller.cap_for_round();
+      caps.push_back(cap);
+      if (cap == 0) continue;
+      int accepted = 0;
+      while (accepted < cap && accept(rng)) ++accepted;
+      controller.on_round(cap, accepted, curves.round_ms(cap, 512) / 1000.0, accepted + 1);
+    }
+  }
+  // The cap used most often in the last `n` rounds.
+  int recent_mode(size_t n) const {
+    std::vector<int> count(64, 0);
+    for (size_t i = caps.size() - std::min(n, caps.size()); i < caps.size(); ++i) ++count[caps[i]];
+    return static_cast<int>(std::max_element(count.begin(), count.end()) - count.begin());
+  }
+};
+
+// A verify curve that rises gently and a drafter costing 0.5 ms per draft: high acceptance wants
+// long drafts, low acceptance short ones, and near-zero acceptance loses to plain steps.
+CostCurves controller_curves() {
+  return curves_of({10, 11, 12, 13, 14, 15, 16, 17}, {0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5}, 0.5);
+}
+
+TEST(AutoCapController, RisingAcceptanceRaisesTheCap) {
+  const CostCurves curves = controller_curves();
+  AutoCapController controller(curves, 7);
+  Simulation sim{controller, curves};
+  sim.run(200, 0.3);
+  const int low = sim.recent_mode(40);
+  sim.run(400, 0.95);
+  const int high = sim.recent_mode(40);
+  EXPECT_LE(low, 2);
+  EXPECT_GE(high, 6);
+  EXPECT_FALSE(controller.parked());
+  EXPECT_GT(controller.acceptance(), 0.85);
+}
+
+TEST(AutoCapController, FallingAcceptanceLowersTheCap) {
+  const CostCurves curves = controller_curves();
+  AutoCapController controller(curves, 7);
+  Simulation sim{controller, curves};
+  sim.run(300, 0.95);
+  EXPECT_GE(sim.recent_mode(40), 6);
+  sim.run(400, 0.35);
+  const int low = sim.recent_mode(40);
+  EXPECT_GE(low, 1);
+  EXPECT_LE(low, 2);
+}
+
+TEST(AutoCapController, ParksWhenSpeculationLosesAndProbes) {
+  const CostCurves curves = controller_curves();
+  AutoCapController controller(curves, 7);
+  Simulation sim{controller, curves};
+  sim.run(300, 0.02);
+  EXPECT_TRUE(controller.parked());
+  // While parked: eight plain steps, then one cap-1 probe.
+  const std::vector<int> tail(sim.caps.end() - 45, sim.caps.end());
+  int probes = 0;
+  for (int cap : tail) {
+    EXPECT_LE(cap, 1);
+    probes += cap;
+  }
+  EXPECT_EQ(probes, 5);
+}
+
+TEST(AutoCapController, NeverParksWithoutPermissionOrEnoughObservations) {
+  const CostCurves curves = controller_curves();
+  AutoCapController::Params params;
+  params.allow_parking = false;
+  AutoCapController controller(curves, 7, params);
+  Simulation sim{controller, curves};
+  sim.run(300, 0.0);
+  EXPECT_EQ(*std::min_element(sim.caps.begin(), sim.caps.end()), 1);
+
+  AutoCapController fresh(curves, 7);
+  Simulation early{fresh, curves};
+  early.run(20, 0.0);  // 20 rounds give 20 failures: fewer than the 24 parking needs
+  EXPECT_EQ(*std::min_element(early.caps.begin(), early.caps.end()), 1);
+}
+
+TEST(AutoCapController, RecoversFromParkingWhenAcceptanceReturns) {
+  const CostCurves curves = controller_curves();
+  AutoCapController controller(curves, 7);
+  Simulation sim{controller, curves};
+  sim.run(300, 0.02);
+  ASSERT_TRUE(controller.parked());
+  sim.run(1500, 0.97);
+  EXPECT_FALSE(controller.parked());
+  EXPECT_GE(sim.recent_mode(60), 5);
+}
+
+// Caps 1 and 2 within the hysteresis margin (p = 0.6: 1.6 / 10 vs 1.96 / 12.2): the controller
+// must not flip between them at every re-pick.
+TEST(AutoCapController, HysteresisKeepsTheCapSteady) {
+  const CostCurves curves = curves_of({10, 10, 12.2, 30, 30, 30, 30, 30});
+  AutoCapController::Params params;
+  params.init_cap = 2;
+  AutoCapController controller(curves, 7, params);
+  Simulation sim{controller, curves};
+  sim.run(400, 0.6);
+  int switches = 0;
+  for (size_t i = 1; i < sim.caps.size(); ++i) switches += sim.caps[i] != sim.caps[i - 1];
+  EXPECT_LE(switches, 4);
+}
+
+TEST(CapPolicyFactory, AutoPinnedAndDerived) {
+  const CostCurves curves = curves_of({10, 10, 10, 10, 30, 30, 30, 30});
+  const CapPolicyFactory factory = make_cap_policy_factory(curves, 7, true);
+  DecodeOptions options;
+  EXPECT_EQ(factory(options)->cap_for_round(), 3);
+  options.max_draft = 5;
+  EXPECT_EQ(factory(options)->cap_for_round(), 5);
+  options.auto_cap = true;
+  auto policy = factory(options);
+  EXPECT_NE(dynamic_cast<AutoCapController*>(policy.get()), nullptr);
+  EXPECT_EQ(policy->cap_for_round(), 2);
+  EXPECT_EQ(make_cap_policy_factory(CostCurves{}, 7, true)(DecodeOptions{})->cap_for_round(), 2);
+}
+
+}  // namespace
+}  // namespace dspark
