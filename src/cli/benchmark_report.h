@@ -1,0 +1,86 @@
+#pragma once
+// The results of `dspark benchmark` and their three renderings: the console rows, the JSON record
+// and the SVG chart (per suite, decode tok/s per prompt: dashed for plain decoding, solid for each
+// speculative arm), each stating the roofline measured in the same run.
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "speculative/calibration.h"
+#include "speculative/decode.h"
+
+namespace dspark::cli {
+
+// One generation.
+struct TrialRun {
+  double tok_s = 0.0;         // end to end: generated tokens over prefill + decode time
+  double decode_tok_s = 0.0;  // tokens after the first over decode time
+  double accept = 0.0;        // committed tokens per target forward after prefill
+  int64_t generated = 0;
+  int64_t peak_rss_bytes = 0;  // peak RSS during this generation alone
+  bool matches_plain = true;   // same tokens as plain decoding of the same prompt (greedy)
+  double speedup = 1.0;        // tok_s over plain decoding's tok_s in the same trial
+};
+
+struct PromptResult {
+  std::string suite;
+  std::string id;
+  std::vector<TrialRun> trials;
+  // Medians over the trials.
+  double tok_s() const;
+  double decode_tok_s() const;
+  double accept() const;
+  double speedup() const;
+  int64_t peak_rss_bytes() const;  // the largest
+  bool matches_plain() const;      // in every trial
+};
+
+struct ArmResult {
+  std::string label;  // "baseline", "lookup", "dspark cap=2", "dspark cap=auto"
+  DecodeMode mode = DecodeMode::baseline;
+  std::string cap_choice;  // "", a number, "auto" or "derived"
+  int cap = 0;             // the cap the arm started with
+  std::vector<PromptResult> prompts;
+  SpeculativeStats totals;  // summed over every generation of the arm
+
+  // Means over the prompts of `suite` ("" = every suite: the mean of the suite means).
+  double tok_s(const std::string& suite = "") const;
+  double decode_tok_s(const std::string& suite = "") const;
+  double accept(const std::string& suite = "") const;
+  double speedup(const std::string& suite = "") const;
+  int64_t peak_rss_bytes() const;
+  std::vector<double> slot_acceptance() const;
+};
+
+struct Roofline {
+  int64_t bytes_per_token = 0;     // weights one decode step streams
+  double bandwidth_1t_gbs = 0.0;   // measured read bandwidth, one thread
+  double bandwidth_all_gbs = 0.0;  // measured read bandwidth, all threads
+  double ceiling_tok_s() const;
+};
+
+struct BenchmarkReport {
+  std::string version;
+  std::string device;  // CPU model, ISA, threads
+  std::string os;
+  std::string target;
+  std::string drafter;
+  int threads = 0;
+  int trials = 0;
+  int64_t max_new_tokens = 0;
+  std::vector<std::string> suites;
+  Roofline roofline;
+  Calibration calibration;
+  int calibration_max_cap = 0;
+  int derived_cap = 0;  // from the calibration with the acceptance prior
+  std::vector<ArmResult> arms;  // arms[0] is plain decoding
+};
+
+// "  lookup                 41.2 tok/s e2e · 43.0 decode   accept 2.31 (1.21x)" and a line of
+// per-suite figures.
+std::string format_arm(const BenchmarkReport& report, const ArmResult& arm);
+nlohmann::json report_json(const BenchmarkReport& report);
+std::string report_svg(const BenchmarkReport& report);
+
+}  // namespace dspark::cli
