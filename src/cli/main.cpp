@@ -15,6 +15,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "dspark 0.1.0");
   dspark::cli::add_generate_command(app);
+  dspark::cli::add_benchmark_command(app);
+  dspark::cli::add_serve_command(app);
   dspark::cli::add_convert_command(app);
   dspark::cli::add_models_command(app);
   dspark::cli::add_doctor_command(app);

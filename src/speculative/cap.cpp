@@ -143,8 +143,8 @@ double AutoCapController::effective_rate(int cap) const {
   if (cap >= 1) {
     const CapTiming& timing = timing_[cap];
     if (timing.rounds >= params_.min_rounds_observed &&
-        round_ - timing.last_round <= params_.obs_max_age && timing.ms_per_token > 0.0) {
-      return 1.0 / timing.ms_per_token;
+        round_ - timing.last_round <= params_.obs_max_age && timing.ms_per_round > 0.0) {
+      return timing.tokens_per_round / timing.ms_per_round;
     }
   }
   return model_rate(cap) * correction_;
@@ -202,14 +202,18 @@ void AutoCapController::on_round(int cap_used, int accepted, double seconds, int
 
   if (cap_used <= max_cap_ && committed > 0 && seconds > 0.0) {
     CapTiming& timing = timing_[cap_used];
-    const double ms_per_token = seconds * 1000.0 / committed;
-    timing.ms_per_token = timing.rounds == 0
-                              ? ms_per_token
-                              : timing.ms_per_token + params_.t_alpha * (ms_per_token - timing.ms_per_token);
     ++timing.rounds;
+    // A running mean at first, then an EWMA, as for the acceptance.
+    const double rate = std::max(params_.t_alpha, 1.0 / static_cast<double>(timing.rounds));
+    const double ms = seconds * 1000.0;
+    timing.ms_per_round += rate * (ms - timing.ms_per_round);
+    timing.tokens_per_round += rate * (committed - timing.tokens_per_round);
     timing.last_round = round_;
-    correction_ += params_.correction_rate *
-                   ((1.0 / timing.ms_per_token) / model_rate(cap_used) - correction_);
+    // The correction scales the modelled costs only: acceptance is the estimate p's business, and
+    // folding its noise in here would make every unobserved cap (parking included) look better
+    // after a lucky streak.
+    const double timing_ratio = curves_.round_ms(cap_used, context_) / timing.ms_per_round;
+    correction_ += params_.correction_rate * (timing_ratio - correction_);
   }
   // A probe decides at once whether to leave the parked state.
   if (cap_ == 0) repick();

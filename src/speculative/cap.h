@@ -90,8 +90,11 @@ class AutoCapController : public CapPolicy {
   double effective_rate(int cap) const;
 
  private:
+  // Round time and committed tokens are averaged separately: the average of per-round ratios
+  // would overstate the cost, since rounds that commit little weigh in with a large ratio.
   struct CapTiming {
-    double ms_per_token = 0.0;
+    double ms_per_round = 0.0;
+    double tokens_per_round = 0.0;
     int64_t rounds = 0;
     int64_t last_round = 0;
   };

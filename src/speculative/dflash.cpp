@@ -29,7 +29,8 @@ void DFlashHead::logits(const float* hidden, int64_t rows, float* out) const {
   target_.lm_head().apply(hidden, rows, out);
   if (config_.logit_softcap > 0.0f) {
     const float cap = config_.logit_softcap;
-    for (int64_t i = 0; i < rows * target_.vocab_size(); ++i) out[i] = cap * std::tanh(out[i] / cap);
+    for (int64_t i = 0; i < rows * target_.vocab_size(); ++i)
+      out[i] = cap * std::tanh(out[i] / cap);
   }
 }
 

@@ -40,9 +40,10 @@ json translate_speculators(const json& c, const std::string& source) {
     algorithm = (*spec)["algorithm"].get<std::string>();
   }
   if (algorithm != "dspark") {
-    fail("{}: a vLLM speculators checkpoint for algorithm '{}': only 'dspark' heads load here "
-         "(z-lab DFlash drafters load with --mode dflash)",
-         source, algorithm);
+    fail(
+        "{}: a vLLM speculators checkpoint for algorithm '{}': only 'dspark' heads load here "
+        "(z-lab DFlash drafters load with --mode dflash)",
+        source, algorithm);
   }
   const json* layer = object_field(c, "transformer_layer_config");
   if (layer == nullptr) fail("{}: speculators config has no transformer_layer_config", source);
@@ -59,9 +60,9 @@ json translate_speculators(const json& c, const std::string& source) {
   out.erase("logits_start");
   if (!out.contains("model_type")) out["model_type"] = "qwen3";
   out["target_layer_ids"] = c["aux_hidden_state_layer_ids"];
-  for (const char* key : {"block_size", "mask_token_id", "markov_rank", "markov_head_type",
-                          "enable_confidence_head", "confidence_head_with_markov",
-                          "final_logit_softcapping", "draft_vocab_size"}) {
+  for (const char* key :
+       {"block_size", "mask_token_id", "markov_rank", "markov_head_type", "enable_confidence_head",
+        "confidence_head_with_markov", "final_logit_softcapping", "draft_vocab_size"}) {
     if (c.contains(key)) out[key] = c[key];
   }
   const json types = layer->value("layer_types", json::array());
@@ -124,9 +125,10 @@ void read_backbone_dims(const ConfigReader& r, BackboneConfig& b) {
   b.eps = static_cast<float>(r.number("rms_norm_eps", 1e-6));
   b.attention_bias = r.flag("attention_bias", false);
   if (b.layers < 1 || b.heads < 1 || b.kv_heads < 1 || b.heads % b.kv_heads != 0) {
-    fail("{}: num_attention_heads {} / num_key_value_heads {} / num_hidden_layers {} are not a "
-         "valid attention layout",
-         r.source(), b.heads, b.kv_heads, b.layers);
+    fail(
+        "{}: num_attention_heads {} / num_key_value_heads {} / num_hidden_layers {} are not a "
+        "valid attention layout",
+        r.source(), b.heads, b.kv_heads, b.layers);
   }
   if (b.head_dim % 2 != 0) fail("{}: head_dim {} must be even", r.source(), b.head_dim);
   double theta = 1e6;
@@ -147,7 +149,8 @@ void refuse_rope_scaling(const ConfigReader& r, const char* key) {
   if (!r.has(key)) return;
   const json& scaling = r.raw(key);
   if (!scaling.is_object()) return;
-  const std::string type = scaling.value("rope_type", scaling.value("type", std::string("default")));
+  const std::string type =
+      scaling.value("rope_type", scaling.value("type", std::string("default")));
   if (type != "default") {
     fail("{}: drafter {} type '{}' is not supported (only default RoPE)", r.source(), key, type);
   }
@@ -157,11 +160,16 @@ void refuse_rope_scaling(const ConfigReader& r, const char* key) {
 
 const char* drafter_packaging_name(DrafterPackaging packaging) {
   switch (packaging) {
-    case DrafterPackaging::deepspec: return "DeepSpec";
-    case DrafterPackaging::speculators: return "vLLM speculators";
-    case DrafterPackaging::specforge: return "SpecForge";
-    case DrafterPackaging::lfm2: return "LiquidAI LFM2";
-    case DrafterPackaging::dflash: return "z-lab DFlash";
+    case DrafterPackaging::deepspec:
+      return "DeepSpec";
+    case DrafterPackaging::speculators:
+      return "vLLM speculators";
+    case DrafterPackaging::specforge:
+      return "SpecForge";
+    case DrafterPackaging::lfm2:
+      return "LiquidAI LFM2";
+    case DrafterPackaging::dflash:
+      return "z-lab DFlash";
   }
   return "?";
 }
@@ -177,9 +185,10 @@ DrafterPackaging detect_drafter_packaging(const json& c, const std::string& sour
   if (!c.contains("block_size")) {
     for (const auto& item : c.items()) {
       if (item.key().rfind("dspark_", 0) == 0) {
-        fail("{}: a full target model with an embedded DSpark drafter ({}), not a standalone "
-             "drafter checkpoint",
-             source, item.key());
+        fail(
+            "{}: a full target model with an embedded DSpark drafter ({}), not a standalone "
+            "drafter checkpoint",
+            source, item.key());
       }
     }
   }
@@ -190,16 +199,18 @@ DrafterPackaging detect_drafter_packaging(const json& c, const std::string& sour
   }
   if (arch.find("DFlash") != std::string::npos) {
     if (c.contains("markov_rank") && !c["markov_rank"].is_null() && c["markov_rank"] != 0) {
-      fail("{}: a DFlash checkpoint with a Markov head (markov_rank {}): DFlash+DSpark hybrids "
-           "are not supported",
-           source, c["markov_rank"].dump());
+      fail(
+          "{}: a DFlash checkpoint with a Markov head (markov_rank {}): DFlash+DSpark hybrids "
+          "are not supported",
+          source, c["markov_rank"].dump());
     }
     return DrafterPackaging::dflash;
   }
   if (c.contains("target_layer_ids") && c.contains("block_size")) return DrafterPackaging::deepspec;
-  fail("{}: not a drafter config: no DeepSpec target_layer_ids/block_size, no speculators_config, "
-       "no dflash_config (architectures '{}')",
-       source, arch);
+  fail(
+      "{}: not a drafter config: no DeepSpec target_layer_ids/block_size, no speculators_config, "
+      "no dflash_config (architectures '{}')",
+      source, arch);
 }
 
 DSparkConfig read_dspark_config(const json& raw, const std::string& source) {
@@ -244,7 +255,8 @@ DSparkConfig read_dspark_config(const json& raw, const std::string& source) {
   read_backbone_dims(r, b);
   b.block_size = required_integer(r, "block_size");
   b.mask_token_id = static_cast<int32_t>(required_integer(r, "mask_token_id"));
-  if (!r.has("target_layer_ids")) fail("{}: drafter config field 'target_layer_ids' is missing", source);
+  if (!r.has("target_layer_ids"))
+    fail("{}: drafter config field 'target_layer_ids' is missing", source);
   b.target_layer_ids = read_taps(r.raw("target_layer_ids"), source);
   b.gated_q = r.flag("enable_qwen35_gated_q_proj", false);
   b.offset_norms = model_type == "qwen3_5";
@@ -283,8 +295,8 @@ DSparkConfig read_dspark_config(const json& raw, const std::string& source) {
     b.logits_start = 0;
   }
   if (b.block_size < 1 || b.logits_start < 0 || b.logits_start >= b.block_size) {
-    fail("{}: the slot convention cannot be determined: logits_start {} with block_size {}",
-         source, b.logits_start, b.block_size);
+    fail("{}: the slot convention cannot be determined: logits_start {} with block_size {}", source,
+         b.logits_start, b.block_size);
   }
   d.draft_vocab = b.vocab;
   if (r.has("draft_vocab_size")) d.draft_vocab = r.integer("draft_vocab_size");
@@ -362,9 +374,10 @@ void check_taps_in_target(const BackboneConfig& config, const Model& target,
                           const std::string& source) {
   for (int id : config.target_layer_ids) {
     if (id < -1 || id >= target.num_layers() - 1) {
-      fail("{}: tap layer {} does not exist in the target '{}' ({} layers; the last layer cannot "
-           "be a tap)",
-           source, id, target.checkpoint().path(), target.num_layers());
+      fail(
+          "{}: tap layer {} does not exist in the target '{}' ({} layers; the last layer cannot "
+          "be a tap)",
+          source, id, target.checkpoint().path(), target.num_layers());
     }
   }
   if (config.hidden != target.hidden_size()) {
@@ -382,9 +395,10 @@ DrafterTensors::DrafterTensors(const Checkpoint& checkpoint, int bits)
 
 void DrafterTensors::require(const std::string& name, const std::string& what) const {
   if (!loader_.has(name) && !loader_.has(name + ".weight")) {
-    fail("{}: the drafter's {} tensor '{}' is missing (a renamed or absent {} gives 0% "
-         "acceptance, so the drafter is refused)",
-         checkpoint_.path(), what, name, what);
+    fail(
+        "{}: the drafter's {} tensor '{}' is missing (a renamed or absent {} gives 0% "
+        "acceptance, so the drafter is refused)",
+        checkpoint_.path(), what, name, what);
   }
 }
 

@@ -37,8 +37,8 @@ struct BackboneConfig {
   int64_t rope_dims = 0;  // rotated dims per head (partial rotary on qwen3_5-native heads)
   bool rope_traditional = false;
   bool attention_bias = false;
-  bool gated_q = false;        // q_proj emits [q | gate] per head
-  bool offset_norms = false;   // qwen3_5: every RMSNorm weight is stored as w - 1
+  bool gated_q = false;       // q_proj emits [q | gate] per head
+  bool offset_norms = false;  // qwen3_5: every RMSNorm weight is stored as w - 1
   bool attention_sinks = false;
   // Per layer: causal inside the block, and the sliding window (0 = none) over absolute
   // positions: a query at q sees keys k with k > q - window.

@@ -37,7 +37,8 @@ DSparkHead::DSparkHead(const std::string& directory, const Model& target,
   if (t.has("lm_head.weight")) {
     lm_head_ = t.linear("lm_head", Vd, H);
   } else if (Vd != V) {
-    fail("{}: a reduced draft vocabulary ({} of {}) needs the drafter's own lm_head", source, Vd, V);
+    fail("{}: a reduced draft vocabulary ({} of {}) needs the drafter's own lm_head", source, Vd,
+         V);
   }
   if (r > 0) {
     t.require("markov_head.markov_w1.weight", "Markov W1");
@@ -154,9 +155,10 @@ Draft DSparkDrafter::propose(const DraftRequest& request) {
   const int64_t H = c.backbone.hidden, Vd = c.draft_vocab, r = c.markov_rank;
   const int64_t position = static_cast<int64_t>(request.committed.size()) - 1;
   if (position != context_.length) {
-    fail("DSpark drafter context holds {} rows but {} tokens precede the pending one (the target "
-         "rows of a cached prefix never reached the drafter)",
-         context_.length, position);
+    fail(
+        "DSpark drafter context holds {} rows but {} tokens precede the pending one (the target "
+        "rows of a cached prefix never reached the drafter)",
+        context_.length, position);
   }
   Draft draft;
   const int cap = std::min(request.cap, head_->max_drafts());

@@ -19,9 +19,9 @@ std::vector<float> offset_if(std::vector<float> weight, bool offset) {
 
 }  // namespace
 
-void block_attention(const BlockAttention& spec, const float* q, int64_t rows, const float* ctx_keys,
-                     const float* ctx_values, int64_t ctx_rows, const float* block_keys,
-                     const float* block_values, float* out) {
+void block_attention(const BlockAttention& spec, const float* q, int64_t rows,
+                     const float* ctx_keys, const float* ctx_values, int64_t ctx_rows,
+                     const float* block_keys, const float* block_values, float* out) {
   const int64_t hd = spec.head_dim, group = spec.heads / spec.kv_heads;
   const int64_t kv_width = spec.kv_heads * hd;
   const int64_t p = ctx_rows;
@@ -36,13 +36,15 @@ void block_attention(const BlockAttention& spec, const float* q, int64_t rows, c
         return spec.window <= 0 || key_position > query_position - spec.window;
       };
       auto key_row = [&](int64_t j) {
-        return j < p ? ctx_keys + j * kv_width + kv * hd : block_keys + (j - p) * kv_width + kv * hd;
+        return j < p ? ctx_keys + j * kv_width + kv * hd
+                     : block_keys + (j - p) * kv_width + kv * hd;
       };
       auto value_row = [&](int64_t j) {
         return j < p ? ctx_values + j * kv_width + kv * hd
                      : block_values + (j - p) * kv_width + kv * hd;
       };
-      float max_score = spec.sinks != nullptr ? spec.sinks[h] : -std::numeric_limits<float>::infinity();
+      float max_score =
+          spec.sinks != nullptr ? spec.sinks[h] : -std::numeric_limits<float>::infinity();
       for (int64_t j = 0; j < p + rows; ++j) {
         if (!visible(j)) continue;
         const float* k = key_row(j);
@@ -67,13 +69,14 @@ void block_attention(const BlockAttention& spec, const float* q, int64_t rows, c
   });
 }
 
-DrafterBackbone::DrafterBackbone(const BackboneConfig& config, DrafterTensors& t) : config_(config) {
+DrafterBackbone::DrafterBackbone(const BackboneConfig& config, DrafterTensors& t)
+    : config_(config) {
   const BackboneConfig& c = config_;
   const int64_t H = c.hidden, hd = c.head_dim;
   const int64_t taps = static_cast<int64_t>(c.target_layer_ids.size());
-  for (const auto& [name, what] : {std::pair{"fc", "fc (tap projection)"},
-                                   std::pair{"hidden_norm.weight", "hidden_norm"},
-                                   std::pair{"norm.weight", "final norm"}}) {
+  for (const auto& [name, what] :
+       {std::pair{"fc", "fc (tap projection)"}, std::pair{"hidden_norm.weight", "hidden_norm"},
+        std::pair{"norm.weight", "final norm"}}) {
     t.require(name, what);
   }
   fc_ = t.linear("fc", H, taps * H);
@@ -102,8 +105,9 @@ DrafterBackbone::DrafterBackbone(const BackboneConfig& config, DrafterTensors& t
   }
   inv_freq_.resize(c.rope_dims / 2);
   for (int64_t i = 0; i < c.rope_dims / 2; ++i) {
-    inv_freq_[i] = static_cast<float>(
-        1.0 / std::pow(c.rope_theta, static_cast<double>(2 * i) / static_cast<double>(c.rope_dims)));
+    inv_freq_[i] =
+        static_cast<float>(1.0 / std::pow(c.rope_theta, static_cast<double>(2 * i) /
+                                                            static_cast<double>(c.rope_dims)));
   }
 }
 

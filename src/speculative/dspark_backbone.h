@@ -59,8 +59,8 @@ struct BlockAttention {
   float scale = 1.0f;
   const float* sinks = nullptr;
 };
-void block_attention(const BlockAttention& spec, const float* q, int64_t rows, const float* ctx_keys,
-                     const float* ctx_values, int64_t ctx_rows, const float* block_keys,
-                     const float* block_values, float* out);
+void block_attention(const BlockAttention& spec, const float* q, int64_t rows,
+                     const float* ctx_keys, const float* ctx_values, int64_t ctx_rows,
+                     const float* block_keys, const float* block_values, float* out);
 
 }  // namespace dspark

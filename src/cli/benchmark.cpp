@@ -1,0 +1,374 @@
+// `dspark benchmark`: plain decoding against each speculative mode and cap, side by side per
+// prompt (the arms of one trial run back to back, so a busy machine slows them alike), over the
+// chat, code and math suites of bench/prompts. Reports medians over trials of end-to-end and
+// decode tok/s, speed-ups as medians of per-trial ratios, tokens per round, per-slot acceptance,
+// peak RSS per generation, the calibrated verify costs and derived cap, and the roofline measured
+// in the same run; optionally as JSON and as an SVG chart (PNG too when rsvg-convert exists).
+#include <fmt/format.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "base/error.h"
+#include "base/system_info.h"
+#include "base/thread_pool.h"
+#include "cli/benchmark_report.h"
+#include "cli/commands.h"
+#include "engine/model_bundle.h"
+#include "hub/resolve.h"
+#include "kernels/bandwidth.h"
+#include "kernels/quant.h"
+#include "speculative/cap.h"
+#include "speculative/decode_report.h"
+#include "text/chat_template.h"
+
+namespace dspark::cli {
+namespace {
+
+constexpr const char* kVersion = "0.1.0";
+// The largest draft cap calibrated and derived: a DSpark block of 7.
+constexpr int kMaxCap = 7;
+
+struct BenchmarkOptions {
+  std::string model;
+  std::string models_dir;
+  std::string drafter;
+  std::string modes = "dspark,lookup";
+  std::string caps = "2,auto";
+  std::string suites = "chat,code,math";
+  std::string prompts_dir;
+  int prompts_per_suite = 0;  // 0 = all
+  int trials = 3;
+  int64_t max_new_tokens = 200;
+  std::string json_path;
+  std::string plot_path;
+  int threads = 0;
+  bool recalibrate = false;
+};
+
+struct Prompt {
+  std::string suite;
+  std::string id;
+  std::vector<int32_t> tokens;
+};
+
+struct Arm {
+  std::string label;
+  DecodeSetup setup;
+  std::string cap_choice;
+};
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> items;
+  std::stringstream stream(text);
+  std::string item;
+  while (std::getline(stream, item, ',')) {
+    if (!item.empty()) items.push_back(item);
+  }
+  return items;
+}
+
+// bench/prompts beside the build directory of this executable, else under the working directory.
+std::filesystem::path find_prompts_dir(const std::string& requested) {
+  if (!requested.empty()) return requested;
+  std::vector<std::filesystem::path> candidates;
+  std::error_code error;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (!error) {
+    candidates.push_back(exe.parent_path().parent_path() / "bench" / "prompts");
+    candidates.push_back(exe.parent_path() / "bench" / "prompts");
+  }
+  candidates.push_back(std::filesystem::current_path() / "bench" / "prompts");
+  for (const auto& candidate : candidates) {
+    if (std::filesystem::exists(candidate / "chat.jsonl")) return candidate;
+  }
+  fail("cannot find the benchmark prompts (bench/prompts/chat.jsonl) beside {} or in the working directory; "
+       "pass --prompts DIR",
+       error ? std::string("the executable") : exe.string());
+}
+
+std::vector<int32_t> render_prompt(const ModelBundle& bundle, const std::string& text) {
+  if (bundle.chat_template.empty()) return bundle.tokenizer->encode(text, /*add_special_tokens=*/true);
+  ChatTemplateInputs inputs;
+  inputs.messages.push_back({{"role", "user"}, {"content", text}});
+  inputs.add_generation_prompt = true;
+  if (!bundle.bos_token.empty()) inputs.bos_token = bundle.bos_token;
+  if (!bundle.eos_token.empty()) inputs.eos_token = bundle.eos_token;
+  const std::string rendered = ChatTemplate(bundle.chat_template, bundle.name + " chat template").render(inputs);
+  return bundle.tokenizer->encode(rendered, /*add_special_tokens=*/false);
+}
+
+std::vector<Prompt> load_prompts(const ModelBundle& bundle, const std::filesystem::path& dir,
+                                 const std::vector<std::string>& suites, int per_suite) {
+  std::vector<Prompt> prompts;
+  for (const std::string& suite : suites) {
+    const std::filesystem::path path = dir / (suite + ".jsonl");
+    std::ifstream in(path);
+    if (!in) fail("cannot read the {} prompts: {}", suite, path.string());
+    std::string line;
+    int count = 0;
+    for (int line_number = 1; std::getline(in, line); ++line_number) {
+      if (line.empty()) continue;
+      const nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (!record.is_object() || !record.contains("prompt") || !record["prompt"].is_string()) {
+        fail("{} line {}: expected an object with a string 'prompt'", path.string(), line_number);
+      }
+      const std::string id = record.value("id", fmt::format("{}-{}", suite, line_number));
+      prompts.push_back({suite, id, render_prompt(bundle, record["prompt"].get<std::string>())});
+      if (per_suite > 0 && ++count == per_suite) break;
+    }
+  }
+  return prompts;
+}
+
+// Starts a fresh peak-RSS window (Linux: writing 5 to clear_refs resets VmHWM to the current RSS).
+void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
+
+std::string os_description() {
+  utsname name{};
+  if (uname(&name) != 0) return "linux";
+  return fmt::format("{} {} {}", name.sysname, name.release, name.machine);
+}
+
+// Plain decoding first, then lookup, then one row per cap for each model-drafter mode.
+std::vector<Arm> build_arms(const BenchmarkOptions& options, const DrafterFactory& drafter) {
+  std::vector<Arm> arms;
+  arms.push_back({"baseline", DecodeSetup{}, ""});
+  for (const std::string& name : split_list(options.modes)) {
+    const DecodeMode mode = parse_decode_mode(name);
+    if (mode == DecodeMode::baseline) continue;
+    if (mode == DecodeMode::lookup) {
+      Arm arm{"lookup", DecodeSetup{}, ""};
+      arm.setup.options.mode = mode;
+      arms.push_back(std::move(arm));
+      continue;
+    }
+    if (!drafter) {
+      fmt::print(stderr, "  {}: skipped (no model drafter is loaded for this target)\n", name);
+      continue;
+    }
+    for (const std::string& cap : split_list(options.caps)) {
+      Arm arm{fmt::format("{} cap={}", name, cap), DecodeSetup{}, cap};
+      arm.setup.options.mode = mode;
+      arm.setup.drafter = drafter;
+      if (cap == "auto") {
+        arm.setup.options.auto_cap = true;
+      } else if (cap != "derived") {
+        try {
+          arm.setup.options.max_draft = std::stoi(cap);
+        } catch (const std::exception&) {
+          fail("--caps takes numbers, 'auto' or 'derived', not '{}'", cap);
+        }
+        if (*arm.setup.options.max_draft < 1) fail("--caps values must be at least 1, not {}", cap);
+      }
+      arms.push_back(std::move(arm));
+    }
+  }
+  return arms;
+}
+
+CapPolicyFactory cap_factory_for(const CostCurves& curves, DecodeMode mode) {
+  return make_cap_policy_factory(curves, kMaxCap, mode == DecodeMode::dspark);
+}
+
+void write_file(const std::string& path, const std::string& contents) {
+  std::ofstream out(path);
+  if (!out) fail("cannot write {}", path);
+  out << contents;
+  if (!out) fail("cannot write {}", path);
+}
+
+// rsvg-convert (librsvg2-bin) renders the chart as PNG beside the SVG when it is installed.
+void convert_to_png(const std::string& svg_path) {
+  std::string png_path = svg_path;
+  if (png_path.size() > 4 && png_path.compare(png_path.size() - 4, 4, ".svg") == 0) png_path.resize(png_path.size() - 4);
+  png_path += ".png";
+  const pid_t child = fork();
+  if (child == 0) {
+    execlp("rsvg-convert", "rsvg-convert", "-o", png_path.c_str(), svg_path.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status = 0;
+  if (child < 0 || waitpid(child, &status, 0) < 0) return;
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+    fmt::print(stderr, "chart: {}\n", png_path);
+  } else if (WIFEXITED(status) && WEXITSTATUS(status) == 127) {
+    fmt::print(stderr, "no PNG: rsvg-convert (librsvg2-bin) is not installed\n");
+  } else {
+    fmt::print(stderr, "no PNG: rsvg-convert failed on {}\n", svg_path);
+  }
+}
+
+void run_benchmark(const BenchmarkOptions& options) {
+  if (options.threads > 0) set_default_threads(options.threads);
+  if (options.trials < 1) fail("--trials must be at least 1");
+  BenchmarkReport report;
+  report.version = kVersion;
+  report.threads = default_pool().num_threads();
+  report.device = fmt::format("CPU {} ({})", cpu_features().model_name, kernels::isa_name(kernels::best_isa()));
+  report.os = os_description();
+  report.trials = options.trials;
+  report.max_new_tokens = options.max_new_tokens;
+  report.suites = split_list(options.suites);
+  fmt::print(stderr, "dspark benchmark · {} · {} threads · dspark {} · {}\n", report.device, report.threads,
+             kVersion, report.os);
+
+  ResolveOptions resolve;
+  resolve.models_dir = options.models_dir;
+  const std::string model_dir = resolve_model_or_download(options.model, resolve);
+  fmt::print(stderr, "target: {}\nloading + warming up…\n", model_dir);
+  auto bundle = load_model_bundle(model_dir);
+  const Model& model = *bundle->model;
+  report.target = bundle->name;
+  report.drafter = options.drafter;
+  const std::vector<Prompt> prompts =
+      load_prompts(*bundle, find_prompts_dir(options.prompts_dir), report.suites, options.prompts_per_suite);
+
+  report.roofline.bytes_per_token = model.decode_weight_bytes();
+  report.roofline.bandwidth_1t_gbs = kernels::measure_read_bandwidth_gbs(1);
+  report.roofline.bandwidth_all_gbs = kernels::measure_read_bandwidth_gbs(report.threads);
+  fmt::print(stderr, "roofline: {:.1f} MB per token / {:.1f} GB/s read ({:.1f} GB/s one thread) = {:.0f} tok/s\n",
+             report.roofline.bytes_per_token / 1e6, report.roofline.bandwidth_all_gbs,
+             report.roofline.bandwidth_1t_gbs, report.roofline.ceiling_tok_s());
+
+  CalibrationOptions calibration;
+  calibration.mode = "lookup";
+  calibration.target_name = bundle->name;
+  calibration.use_cache = !options.recalibrate;
+  calibration.max_width = kMaxCap + 1;
+  report.calibration = calibrate(model, DrafterFactory{}, calibration);
+  report.calibration_max_cap = kMaxCap;
+  report.derived_cap = derive_cap(report.calibration.curves, kMaxCap);
+  std::string verify_line;
+  for (size_t w = 0; w < report.calibration.curves.verify_ms.size(); ++w) {
+    verify_line += fmt::format(" {}:{:.3g}", w + 1, report.calibration.curves.verify_ms[w]);
+  }
+  fmt::print(stderr, "verify ms by width:{}  ({}; derived cap {})\n", verify_line,
+             report.calibration.from_cache ? "cached" : fmt::format("measured in {:.1f} s", report.calibration.seconds),
+             report.derived_cap);
+
+  // Model drafters reach the benchmark once the drafter loader is wired in (speculative/dspark.h);
+  // until then dspark / dflash rows are reported as skipped.
+  const DrafterFactory drafter;
+  std::vector<Arm> arms = build_arms(options, drafter);
+  for (Arm& arm : arms) arm.setup.cap_policy = cap_factory_for(report.calibration.curves, arm.setup.options.mode);
+
+  GenerationConfig config;
+  config.eos_ids = bundle->eos_ids;
+  {
+    GenerationConfig warmup = config;
+    warmup.max_tokens = std::min<int64_t>(100, options.max_new_tokens);
+    ModelState state = model.new_state();
+    run_generation(model, render_prompt(*bundle, "Tell me about the sea."), state, warmup, DecodeSetup{},
+                   [](const CommittedToken&) { return true; });
+  }
+  config.max_tokens = options.max_new_tokens;
+
+  report.arms.resize(arms.size());
+  for (size_t a = 0; a < arms.size(); ++a) {
+    report.arms[a].label = arms[a].label;
+    report.arms[a].mode = arms[a].setup.options.mode;
+    report.arms[a].cap_choice = arms[a].cap_choice;
+  }
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    const Prompt& prompt = prompts[p];
+    for (ArmResult& arm : report.arms) arm.prompts.push_back({prompt.suite, prompt.id, {}});
+    std::vector<int32_t> plain_tokens;
+    for (int trial = 0; trial < options.trials; ++trial) {
+      double plain_tok_s = 0.0;
+      for (size_t a = 0; a < arms.size(); ++a) {
+        ModelState state = model.new_state();
+        DecodeStats decode;
+        reset_peak_rss();
+        const GenerationResult result = run_generation(model, prompt.tokens, state, config, arms[a].setup,
+                                                       [](const CommittedToken&) { return true; }, &decode);
+        const nlohmann::json figures = decode_stats_json(decode, result.stats);
+        TrialRun run;
+        run.tok_s = figures["tok_s"].get<double>();
+        run.decode_tok_s = figures["decode_tok_s"].get<double>();
+        run.accept = figures["accept"].get<double>();
+        run.generated = result.stats.generated_tokens;
+        run.peak_rss_bytes = result.stats.peak_rss_bytes;
+        if (a == 0) {
+          plain_tok_s = run.tok_s;
+          if (trial == 0) plain_tokens = result.tokens;
+        }
+        run.speedup = plain_tok_s > 0 ? run.tok_s / plain_tok_s : 0.0;
+        run.matches_plain = result.tokens == plain_tokens;
+        ArmResult& arm = report.arms[a];
+        arm.cap = decode.cap;
+        arm.prompts.back().trials.push_back(run);
+        SpeculativeStats& totals = arm.totals;
+        const SpeculativeStats& spec = decode.speculative;
+        totals.rounds += spec.rounds;
+        totals.plain_steps += spec.plain_steps;
+        totals.drafted += spec.drafted;
+        totals.accepted += spec.accepted;
+        totals.lookup_rounds += spec.lookup_rounds;
+        if (totals.position_verified.size() < spec.position_verified.size()) {
+          totals.position_verified.resize(spec.position_verified.size(), 0);
+          totals.position_accepted.resize(spec.position_verified.size(), 0);
+        }
+        for (size_t i = 0; i < spec.position_verified.size(); ++i) {
+          totals.position_verified[i] += spec.position_verified[i];
+          totals.position_accepted[i] += spec.position_accepted[i];
+        }
+      }
+    }
+    fmt::print(stderr, "  [{}/{}] {}: plain {:.1f} tok/s", p + 1, prompts.size(), prompt.id,
+               report.arms[0].prompts.back().tok_s());
+    for (size_t a = 1; a < report.arms.size(); ++a) {
+      const PromptResult& result = report.arms[a].prompts.back();
+      fmt::print(stderr, " · {} {:.2f}x{}", report.arms[a].label, result.speedup(),
+                 result.matches_plain() ? "" : " (OUTPUT DIFFERS)");
+    }
+    fmt::print(stderr, "\n");
+  }
+
+  fmt::print("\n");
+  for (const ArmResult& arm : report.arms) fmt::print("{}\n", format_arm(report, arm));
+  if (!options.json_path.empty()) {
+    write_file(options.json_path, report_json(report).dump(2) + "\n");
+    fmt::print(stderr, "json: {}\n", options.json_path);
+  }
+  if (!options.plot_path.empty()) {
+    write_file(options.plot_path, report_svg(report));
+    fmt::print(stderr, "chart: {}\n", options.plot_path);
+    convert_to_png(options.plot_path);
+  }
+}
+
+}  // namespace
+
+void add_benchmark_command(CLI::App& app) {
+  auto* command = app.add_subcommand("benchmark", "Plain vs speculative decoding, side by side, per suite");
+  auto options = std::make_shared<BenchmarkOptions>();
+  command->add_option("--model,-m", options->model, "Model (default: the default model)");
+  command->add_option("--models-dir", options->models_dir, "Models directory");
+  command->add_option("--drafter", options->drafter, "Drafter for the dspark / dflash modes");
+  command->add_option("--modes", options->modes, "Comma list of lookup, dspark, dflash (plain always runs first)")
+      ->capture_default_str();
+  command->add_option("--caps", options->caps, "Comma list of caps and/or 'auto' for dspark / dflash rows")
+      ->capture_default_str();
+  command->add_option("--suites", options->suites, "Comma list of prompt suites")->capture_default_str();
+  command->add_option("--prompts", options->prompts_dir, "Directory of <suite>.jsonl prompt files");
+  command->add_option("--prompts-per-suite", options->prompts_per_suite, "Use the first N prompts (0 = all)")
+      ->check(CLI::NonNegativeNumber);
+  command->add_option("--trials", options->trials, "Runs per prompt and arm (medians reported)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  command->add_option("--max-new-tokens", options->max_new_tokens, "Tokens per generation")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  command->add_option("--json", options->json_path, "Also write the results as JSON");
+  command->add_option("--plot", options->plot_path, "Write an SVG chart (and a PNG when rsvg-convert exists)");
+  command->add_option("--threads", options->threads, "Worker threads (default: all CPUs)");
+  command->add_flag("--recalibrate", options->recalibrate, "Measure verify costs even when cached");
+  command->callback([options] { run_benchmark(*options); });
+}
+
+}  // namespace dspark::cli

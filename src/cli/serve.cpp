@@ -1,0 +1,156 @@
+// `dspark serve`: the OpenAI- and Anthropic-compatible HTTP server (server-api.md). The server
+// listens first and loads the model after, so /health answers 503 while loading; SIGINT and
+// SIGTERM stop it gracefully (queued and running requests are cancelled, then it exits).
+#include <fmt/format.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include <csignal>
+#include <thread>
+
+#include "base/error.h"
+#include "base/thread_pool.h"
+#include "cli/commands.h"
+#include "engine/model_bundle.h"
+#include "hub/resolve.h"
+#include "server/server.h"
+
+namespace dspark::cli {
+namespace {
+
+struct ServeOptions {
+  std::string model;
+  std::string models_dir;
+  std::string mode = "baseline";
+  int max_draft = 0;
+  server::ServerOptions http;
+  int64_t default_max_tokens = 2048;
+  int64_t max_tokens_cap = 32768;
+  int64_t context_window = 0;
+  std::optional<float> default_temperature;
+  std::optional<float> default_top_p;
+  std::optional<int> default_top_k;
+  bool no_thinking = false;
+  bool no_prefix_cache = false;
+  int prefix_cache_slots = 2;
+  int64_t prefix_cache_rungs = 8192;
+  size_t max_queue = 64;
+  double max_body_mb = 8.0;
+  int threads = 0;
+};
+
+void run_serve(const ServeOptions& options) {
+  // Signals go to one waiting thread, not to whichever thread happens to run; every thread made
+  // from here on (compute pool, HTTP pool) inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+  if (options.threads > 0) set_default_threads(options.threads);
+  server::EngineOptions engine_options;
+  const DecodeMode mode = parse_decode_mode(options.mode);
+  if (mode != DecodeMode::baseline && mode != DecodeMode::lookup) {
+    fail("--mode {}: serve supports baseline and lookup until the model drafters land", options.mode);
+  }
+  engine_options.decode.options.mode = mode;
+  if (options.max_draft > 0) engine_options.decode.options.max_draft = options.max_draft;
+  engine_options.default_max_tokens = options.default_max_tokens;
+  engine_options.max_tokens_cap = options.max_tokens_cap;
+  engine_options.context_window = options.context_window;
+  engine_options.default_temperature = options.default_temperature;
+  engine_options.default_top_p = options.default_top_p;
+  engine_options.default_top_k = options.default_top_k;
+  if (options.no_thinking) engine_options.default_thinking = false;
+  engine_options.max_queue = options.max_queue;
+  engine_options.prefix_cache.enabled = !options.no_prefix_cache;
+  engine_options.prefix_cache.slots = options.prefix_cache_slots;
+  engine_options.prefix_cache.rung_interval = options.prefix_cache_rungs;
+
+  server::ServerOptions http = options.http;
+  http.max_body_bytes = static_cast<size_t>(options.max_body_mb * 1024 * 1024);
+  if (http.http_threads == 0) http.http_threads = static_cast<int>(options.max_queue) + 16;
+  server::Server server(http);
+  const int port = server.bind();
+  fmt::print(stderr, "dspark serve: listening on http://{}:{} (loading the model)\n", http.host, port);
+  std::fflush(stderr);
+
+  std::atomic<bool> stopping{false};
+  std::thread signal_thread([&] {
+    int received = 0;
+    sigwait(&signals, &received);
+    if (received == SIGINT || received == SIGTERM) {
+      fmt::print(stderr, "dspark serve: signal {} received, shutting down\n", received);
+      stopping = true;
+      server.stop();
+    }
+  });
+  std::thread loader([&] {
+    try {
+      ResolveOptions resolve;
+      resolve.models_dir = options.models_dir;
+      const std::string dir = resolve_model_or_download(options.model, resolve);
+      auto bundle = load_model_bundle(dir);
+      fmt::print(stderr, "dspark serve: model {} ({}) ready, mode {}\n", bundle->name,
+                 bundle->model->architecture(), options.mode);
+      std::fflush(stderr);
+      if (!stopping) {
+        server.set_engine(std::make_unique<server::Engine>(std::move(bundle), engine_options,
+                                                           server.metrics()));
+      }
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "dspark serve: error: could not load the model: {}\n", e.what());
+      std::fflush(stderr);
+      kill(getpid(), SIGTERM);
+    }
+  });
+  server.listen();
+  loader.join();
+  if (!stopping) kill(getpid(), SIGTERM);
+  signal_thread.join();
+  fmt::print(stderr, "dspark serve: stopped\n");
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  auto* command = app.add_subcommand("serve", "Serve the OpenAI- and Anthropic-compatible HTTP API");
+  auto options = std::make_shared<ServeOptions>();
+  command->add_option("--model,-m", options->model,
+                      "Model directory, GGUF, name or hub repo id (default: the default model)");
+  command->add_option("--models-dir", options->models_dir, "Models directory");
+  command->add_option("--host", options->http.host, "Address to listen on")->capture_default_str();
+  command->add_option("--port", options->http.port, "Port (0 = any free port)")->capture_default_str();
+  command->add_option("--api-key", options->http.api_key,
+                      "Require this key (Authorization: Bearer or x-api-key)");
+  command->add_option("--mode", options->mode, "Decoding: baseline or lookup")->capture_default_str();
+  command->add_option("--max-draft", options->max_draft, "Draft tokens per round (lookup)");
+  command->add_option("--default-max-tokens", options->default_max_tokens,
+                      "max_tokens when a request gives none")->capture_default_str();
+  command->add_option("--max-tokens-cap", options->max_tokens_cap, "Ceiling on max_tokens")
+      ->capture_default_str();
+  command->add_option("--context-window", options->context_window,
+                      "Longest prompt + output (default: the model's)");
+  command->add_option("--default-temperature", options->default_temperature,
+                      "Temperature for requests that give none (before generation_config.json)");
+  command->add_option("--default-top-p", options->default_top_p, "Default top_p");
+  command->add_option("--default-top-k", options->default_top_k, "Default top_k");
+  command->add_flag("--no-thinking", options->no_thinking, "Default enable_thinking = false");
+  command->add_flag("--no-prefix-cache", options->no_prefix_cache, "Do not reuse state across requests");
+  command->add_option("--prefix-cache-slots", options->prefix_cache_slots, "Conversations kept (LRU)")
+      ->capture_default_str();
+  command->add_option("--prefix-cache-rungs", options->prefix_cache_rungs,
+                      "Hybrid models: checkpoint every N prompt tokens (0 = off)")->capture_default_str();
+  command->add_option("--max-queue", options->max_queue, "Waiting requests before 429")
+      ->capture_default_str();
+  command->add_option("--max-body-mb", options->max_body_mb, "Largest request body (MiB)")
+      ->capture_default_str();
+  command->add_option("--keepalive", options->http.keepalive_seconds,
+                      "Seconds of stream silence before a keep-alive")->capture_default_str();
+  command->add_flag("!--no-log", options->http.log_requests, "No per-request log lines");
+  command->add_option("--threads", options->threads, "Compute threads (default: all CPUs)");
+  command->callback([options] { run_serve(*options); });
+}
+
+}  // namespace dspark::cli

@@ -1,0 +1,482 @@
+#include "server/server.h"
+
+#include <dirent.h>
+#include <fmt/format.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "base/error.h"
+#include "base/system_info.h"
+#include "server/dialect.h"
+
+namespace dspark::server {
+namespace {
+
+using Json = nlohmann::json;
+
+enum class Route { chat, completion, messages, count_tokens, responses };
+
+Dialect dialect_of(Route route) {
+  switch (route) {
+    case Route::messages:
+    case Route::count_tokens: return Dialect::anthropic;
+    case Route::responses: return Dialect::responses;
+    default: return Dialect::openai;
+  }
+}
+
+Dialect dialect_of_path(const std::string& path) {
+  if (path.find("/messages") != std::string::npos) return Dialect::anthropic;
+  if (path.find("/responses") != std::string::npos) return Dialect::responses;
+  return Dialect::openai;
+}
+
+bool constant_time_equal(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) diff |= a[i] ^ b[i % (b.empty() ? 1 : b.size())];
+  return diff == 0 && !b.empty();
+}
+
+// The socket of the connection a request arrived on, found by its peer address: httplib does not
+// expose it, and a disconnect must be seen even while nothing is being written.
+int find_client_socket(const httplib::Request& req, int local_port) {
+  DIR* dir = opendir("/proc/self/fd");
+  if (!dir) return -1;
+  int found = -1;
+  while (dirent* entry = readdir(dir)) {
+    const int fd = std::atoi(entry->d_name);
+    struct stat st {};
+    if (fd <= 2 || fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    sockaddr_storage peer{}, local{};
+    socklen_t peer_len = sizeof(peer), local_len = sizeof(local);
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) continue;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0) continue;
+    auto port_of = [](const sockaddr_storage& a) {
+      if (a.ss_family == AF_INET) return int(ntohs(reinterpret_cast<const sockaddr_in&>(a).sin_port));
+      if (a.ss_family == AF_INET6) return int(ntohs(reinterpret_cast<const sockaddr_in6&>(a).sin6_port));
+      return -1;
+    };
+    if (port_of(peer) == req.remote_port && port_of(local) == local_port) {
+      found = fd;
+      break;
+    }
+  }
+  closedir(dir);
+  return found;
+}
+
+// True once the peer closed the connection (an orderly close or a reset).
+bool client_gone(int fd) {
+  if (fd < 0) return false;
+  char byte;
+  const ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n == 0) return true;
+  return n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+}
+
+int64_t current_rss_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return resident * sysconf(_SC_PAGESIZE);
+}
+
+const char* finish_name(Finish finish) {
+  switch (finish) {
+    case Finish::stop: return "stop";
+    case Finish::length: return "length";
+    case Finish::stop_sequence: return "stop_sequence";
+    case Finish::tool_calls: return "tool_calls";
+    case Finish::cancelled: return "cancelled";
+    case Finish::error: return "error";
+  }
+  return "";
+}
+
+}  // namespace
+
+struct Server::Impl {
+  explicit Impl(Server& owner) : owner(owner) {}
+
+  Server& owner;
+  httplib::Server http;
+  int port = 0;
+  std::mutex engine_mutex;
+  std::shared_ptr<Engine> engine;
+
+  std::shared_ptr<Engine> current_engine() {
+    std::lock_guard lock(engine_mutex);
+    return engine;
+  }
+
+  void send_error(httplib::Response& res, Dialect dialect, const ApiError& error) {
+    res.status = error.status();
+    res.set_content(error_body(dialect, error).dump(), "application/json");
+  }
+
+  void log_request(const std::string& id, const std::string& endpoint, int status,
+                   const Job* job, const GenerationSummary* summary, double start) {
+    RequestRecord record;
+    record.endpoint = endpoint;
+    record.status = status;
+    double now = now_seconds();
+    record.e2e_seconds = now - start;
+    Json line = {{"ts", std::time(nullptr)}, {"request_id", id}, {"endpoint", endpoint},
+                 {"status", status}, {"total_ms", std::lround((now - start) * 1000)}};
+    if (job) {
+      line["model"] = job->request.model;
+      if (job->started >= 0) {
+        record.queue_seconds = job->started - job->arrival;
+        line["queue_ms"] = std::lround(record.queue_seconds * 1000);
+      }
+      if (job->first_token >= 0) {
+        record.ttft_seconds = job->first_token - job->arrival;
+        line["ttft_ms"] = std::lround(record.ttft_seconds * 1000);
+      }
+    }
+    if (summary) {
+      record.finish = finish_name(summary->finish);
+      record.prompt_tokens = summary->usage.prompt_tokens;
+      record.cached_tokens = summary->usage.cached_tokens;
+      record.completion_tokens = summary->usage.completion_tokens;
+      record.reasoning_tokens = summary->usage.reasoning_tokens;
+      const Json& stats = summary->stats;
+      if (stats.contains("decode_seconds") && record.completion_tokens > 1) {
+        record.seconds_per_token = stats["decode_seconds"].get<double>() / (record.completion_tokens - 1);
+      }
+      record.rounds = stats.value("target_forwards", int64_t{0});
+      record.drafted = stats.value("drafted", int64_t{0});
+      record.accepted = stats.value("accepted", int64_t{0});
+      line["finish"] = record.finish;
+      line["cancelled"] = summary->finish == Finish::cancelled;
+      line["prompt_tokens"] = record.prompt_tokens;
+      line["cached_tokens"] = record.cached_tokens;
+      line["completion_tokens"] = record.completion_tokens;
+      line["reasoning_tokens"] = record.reasoning_tokens;
+      if (stats.contains("mode")) line["mode"] = stats["mode"];
+      if (stats.contains("accept_len")) line["accept_len"] = stats["accept_len"];
+      if (!summary->error.empty()) line["error"] = summary->error;
+    }
+    owner.metrics_.record(record);
+    if (owner.options_.log_requests) {
+      const std::string text = line.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
+      std::fwrite(text.data(), 1, text.size(), stderr);
+    }
+  }
+
+  void handle_generation(const httplib::Request& req, httplib::Response& res, Route route) {
+    const double start = now_seconds();
+    const Dialect dialect = dialect_of(route);
+    const std::string id = route == Route::messages ? random_id("msg_")
+                           : route == Route::responses ? random_id("resp_")
+                           : route == Route::completion ? random_id("cmpl-")
+                                                        : random_id("chatcmpl-");
+    const std::string request_id = random_id("req_");
+    res.set_header("request-id", request_id);
+    res.set_header("x-request-id", request_id);
+    std::shared_ptr<Engine> engine = current_engine();
+    std::shared_ptr<Job> job;
+    try {
+      if (!engine) throw ApiError(503, "Loading model");
+      Json body;
+      try {
+        body = Json::parse(req.body);
+      } catch (const nlohmann::json::exception& e) {
+        throw ApiError(400, fmt::format("the request body is not valid JSON: {}", e.what()));
+      }
+      ChatRequest request;
+      switch (route) {
+        case Route::chat: request = openai::parse_chat(body); break;
+        case Route::completion: request = openai::parse_completion(body); break;
+        case Route::messages:
+        case Route::count_tokens: request = anthropic::parse_messages(body, route == Route::count_tokens); break;
+        case Route::responses: request = responses::parse(body); break;
+      }
+      if (request.model.empty()) request.model = engine->bundle().name;
+      PreparedPrompt prompt = engine->prepare(request);
+      if (route == Route::count_tokens) {
+        res.set_content(Json({{"input_tokens", prompt.ids.size()}}).dump(), "application/json");
+        log_request(request_id, req.path, 200, nullptr, nullptr, start);
+        return;
+      }
+      job = engine->submit(std::move(request), std::move(prompt));
+    } catch (const ApiError& e) {
+      send_error(res, dialect, e);
+      log_request(request_id, req.path, e.status(), nullptr, nullptr, start);
+      return;
+    } catch (const nlohmann::json::exception& e) {
+      send_error(res, dialect, ApiError(400, fmt::format("invalid request: {}", e.what())));
+      log_request(request_id, req.path, 400, nullptr, nullptr, start);
+      return;
+    }
+    const int fd = find_client_socket(req, port);
+    if (job->request.stream) {
+      stream(req, res, route, job, id, request_id, fd, start);
+    } else {
+      respond(req, res, route, job, id, request_id, fd, start);
+    }
+  }
+
+  void respond(const httplib::Request& req, httplib::Response& res, Route route,
+               const std::shared_ptr<Job>& job, const std::string& id,
+               const std::string& request_id, int fd, double start) {
+    std::vector<OutputEvent> events;
+    std::optional<GenerationSummary> summary;
+    while (!job->wait(events, summary, std::chrono::milliseconds(100))) {
+      if (client_gone(fd)) job->cancel();
+    }
+    const Dialect dialect = dialect_of(route);
+    if (summary->finish == Finish::error) {
+      send_error(res, dialect, ApiError(500, summary->error));
+      log_request(request_id, req.path, 500, job.get(), &*summary, start);
+      return;
+    }
+    const ParsedOutput output = collect_events(events);
+    Json body;
+    switch (route) {
+      case Route::chat: body = openai::chat_response(job->request, output, *summary, id); break;
+      case Route::completion: body = openai::completion_response(job->request, output, *summary, id); break;
+      case Route::responses: body = responses::response(job->request, output, *summary, id); break;
+      default: body = anthropic::messages_response(job->request, output, *summary, id); break;
+    }
+    res.set_content(body.dump(-1, ' ', false, Json::error_handler_t::replace), "application/json");
+    log_request(request_id, req.path, summary->finish == Finish::cancelled ? 499 : 200, job.get(),
+                &*summary, start);
+  }
+
+  void stream(const httplib::Request& req, httplib::Response& res, Route route,
+              const std::shared_ptr<Job>& job, const std::string& id,
+              const std::string& request_id, int fd, double start) {
+    std::shared_ptr<StreamSerializer> serializer;
+    switch (route) {
+      case Route::chat: serializer = openai::chat_stream(job->request, id); break;
+      case Route::completion: serializer = openai::completion_stream(job->request, id); break;
+      case Route::responses: serializer = responses::stream(job->request, id); break;
+      default: serializer = anthropic::messages_stream(job->request, id); break;
+    }
+    res.set_header("Cache-Control", "no-cache");
+    struct StreamState {
+      bool started = false;
+      double last_write = 0.0;
+      std::optional<GenerationSummary> summary;
+    };
+    auto state = std::make_shared<StreamState>();
+    const double keepalive = owner.options_.keepalive_seconds;
+    const std::string path = req.path;
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, job, serializer, state, fd, keepalive](size_t, httplib::DataSink& sink) {
+          auto write = [&](const std::string& text) {
+            if (text.empty()) return true;
+            state->last_write = now_seconds();
+            return sink.write(text.data(), text.size());
+          };
+          if (!state->started) {
+            state->started = true;
+            Usage usage;
+            usage.prompt_tokens = static_cast<int64_t>(job->prompt.ids.size());
+            if (!write(serializer->start(usage))) return cancel(*job);
+          }
+          std::vector<OutputEvent> events;
+          const bool done = job->wait(events, state->summary, std::chrono::milliseconds(100));
+          if (!events.empty() && !write(serializer->events(events))) return cancel(*job);
+          if (done) {
+            const GenerationSummary& summary = *state->summary;
+            const std::string tail = summary.finish == Finish::error
+                                         ? serializer->error(500, summary.error)
+                                         : serializer->finish(summary);
+            write(tail);
+            sink.done();
+            return true;
+          }
+          if (client_gone(fd)) return cancel(*job);
+          if (now_seconds() - state->last_write >= keepalive && !write(serializer->keepalive())) {
+            return cancel(*job);
+          }
+          return true;
+        },
+        [this, job, state, path, request_id, start](bool) {
+          // The stream ended (completed or the client left): wait for the job to settle so the
+          // log line and metrics see the final numbers.
+          if (!state->summary) {
+            job->cancel();
+            std::vector<OutputEvent> ignored;
+            while (!job->wait(ignored, state->summary, std::chrono::milliseconds(100))) {
+            }
+          }
+          const bool cancelled = state->summary->finish == Finish::cancelled;
+          log_request(request_id, path, cancelled ? 499 : 200, job.get(), &*state->summary, start);
+        });
+  }
+
+  static bool cancel(Job& job) {
+    job.cancel();
+    return false;
+  }
+
+  void setup() {
+    http.set_payload_max_length(owner.options_.max_body_bytes);
+    http.set_read_timeout(600, 0);
+    http.set_write_timeout(600, 0);
+    http.set_keep_alive_timeout(30);
+    http.set_keep_alive_max_count(1000);
+    const int threads = owner.options_.http_threads > 0 ? owner.options_.http_threads : 96;
+    http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    http.set_default_headers({{"Access-Control-Allow-Origin", "*"},
+                              {"Access-Control-Allow-Methods", "GET, POST, OPTIONS, HEAD"},
+                              {"Access-Control-Allow-Headers",
+                               "authorization, content-type, x-api-key, anthropic-version, "
+                               "anthropic-beta, x-stainless-arch, x-stainless-lang, "
+                               "x-stainless-os, x-stainless-package-version, x-stainless-retry-count, "
+                               "x-stainless-runtime, x-stainless-runtime-version, "
+                               "x-stainless-timeout, anthropic-dangerous-direct-browser-access"}});
+    http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (req.method == "OPTIONS") {
+        res.status = 204;
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      std::string path = req.path;
+      while (path.size() > 1 && path.back() == '/') path.pop_back();
+      if (path == "/health" || path == "/v1/health" || owner.options_.api_key.empty()) {
+        return httplib::Server::HandlerResponse::Unhandled;
+      }
+      std::string key = req.get_header_value("x-api-key");
+      const std::string auth = req.get_header_value("Authorization");
+      if (auth.rfind("Bearer ", 0) == 0) key = auth.substr(7);
+      if (constant_time_equal(key, owner.options_.api_key)) {
+        return httplib::Server::HandlerResponse::Unhandled;
+      }
+      send_error(res, dialect_of_path(path), ApiError(401, "invalid api key"));
+      log_request("", path, 401, nullptr, nullptr, now_seconds());
+      return httplib::Server::HandlerResponse::Handled;
+    });
+    http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+      if (!res.body.empty()) return;
+      const Dialect dialect = dialect_of_path(req.path);
+      std::string message = res.status == 404 ? fmt::format("unknown route {} {}", req.method, req.path)
+                            : res.status == 413 ? "the request body is too large"
+                                                : fmt::format("HTTP error {}", res.status);
+      res.set_content(error_body(dialect, res.status, message).dump(), "application/json");
+    });
+    http.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
+      std::string message = "internal error";
+      try {
+        std::rethrow_exception(ep);
+      } catch (const std::exception& e) {
+        message = e.what();
+      } catch (...) {
+      }
+      res.status = 500;
+      res.set_content(error_body(dialect_of_path(req.path), 500, message).dump(), "application/json");
+    });
+
+    auto route = [this](const std::string& suffix, Route kind) {
+      const std::string pattern = "(?:/v1)?" + suffix + "/?";
+      http.Post(pattern, [this, kind](const httplib::Request& req, httplib::Response& res) {
+        handle_generation(req, res, kind);
+      });
+    };
+    route("/chat/completions", Route::chat);
+    route("/completions", Route::completion);
+    route("/messages", Route::messages);
+    route("/messages/count_tokens", Route::count_tokens);
+    route("/responses", Route::responses);
+
+    http.Get("(?:/v1)?/health/?", [this](const httplib::Request&, httplib::Response& res) {
+      auto engine = current_engine();
+      if (!engine) {
+        res.status = 503;
+        res.set_content(Json({{"status", "loading"},
+                              {"error", {{"code", 503}, {"message", "Loading model"},
+                                         {"type", "unavailable_error"}}}}).dump(),
+                        "application/json");
+        return;
+      }
+      res.set_content(Json({{"status", "ok"}, {"model", engine->bundle().name},
+                            {"architecture", engine->bundle().model->architecture()},
+                            {"mode", engine->mode_name()},
+                            {"context_window", engine->context_window()},
+                            {"max_output_tokens", engine->options().max_tokens_cap},
+                            {"prefix_cache", engine->options().prefix_cache.enabled}}).dump(),
+                      "application/json");
+    });
+    http.Get("(?:/v1)?/models/?", [this](const httplib::Request&, httplib::Response& res) {
+      auto engine = current_engine();
+      Json data = Json::array();
+      if (engine) {
+        data.push_back({{"id", engine->bundle().name}, {"object", "model"}, {"created", std::time(nullptr)},
+                        {"owned_by", "dspark"}, {"context_window", engine->context_window()},
+                        {"max_model_len", engine->context_window()},
+                        {"display_name", fmt::format("{} (dspark {})", engine->bundle().name, engine->mode_name())}});
+      }
+      res.set_content(Json({{"object", "list"}, {"data", data}}).dump(), "application/json");
+    });
+    http.Get("(?:/v1)?/metrics/?", [this](const httplib::Request&, httplib::Response& res) {
+      std::map<std::string, double> gauges = {
+          {"dspark_resident_memory_bytes", double(current_rss_bytes())},
+          {"dspark_peak_resident_memory_bytes", double(peak_rss_bytes())},
+          {"dspark_model_ready", current_engine() ? 1.0 : 0.0}};
+      if (auto engine = current_engine()) {
+        const auto cache = engine->cache_counters();
+        gauges["dspark_prefix_cache_lookups"] = double(cache.lookups);
+        gauges["dspark_prefix_cache_hits"] = double(cache.hits);
+        gauges["dspark_prefix_cache_entries"] = double(cache.entries);
+        gauges["dspark_prefix_cache_bytes"] = double(cache.bytes);
+        gauges["dspark_context_window_tokens"] = double(engine->context_window());
+      }
+      res.set_content(owner.metrics_.render(gauges), "text/plain; version=0.0.4");
+    });
+    http.Get("/", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(Json({{"status", "ok"}, {"server", "dspark"}}).dump(), "application/json");
+    });
+  }
+};
+
+Server::Server(ServerOptions options) : options_(std::move(options)), impl_(std::make_unique<Impl>(*this)) {
+  impl_->setup();
+}
+
+Server::~Server() {
+  stop();
+  std::shared_ptr<Engine> engine;
+  {
+    std::lock_guard lock(impl_->engine_mutex);
+    engine = std::move(impl_->engine);
+  }
+  if (engine) engine->shutdown();
+}
+
+int Server::bind() {
+  if (options_.port == 0) {
+    impl_->port = impl_->http.bind_to_any_port(options_.host);
+  } else if (impl_->http.bind_to_port(options_.host, options_.port)) {
+    impl_->port = options_.port;
+  } else {
+    impl_->port = -1;
+  }
+  if (impl_->port <= 0) fail("could not listen on {}:{}", options_.host, options_.port);
+  return impl_->port;
+}
+
+void Server::listen() { impl_->http.listen_after_bind(); }
+
+void Server::stop() {
+  {
+    std::lock_guard lock(impl_->engine_mutex);
+    if (impl_->engine) impl_->engine->shutdown();
+  }
+  impl_->http.stop();
+}
+
+void Server::set_engine(std::unique_ptr<Engine> engine) {
+  std::lock_guard lock(impl_->engine_mutex);
+  impl_->engine = std::move(engine);
+}
+
+}  // namespace dspark::server

@@ -1,0 +1,128 @@
+"""`dspark benchmark` end to end on a tiny nemotron_h: the JSON's aggregates are recomputed from its
+per-trial records, speculative output equals plain output, the calibration is cached and reused, the
+SVG chart parses as XML with one dashed (plain) and one solid line per suite, and
+scripts/benchmark_table.py turns the JSON into a Markdown table."""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from conftest import BUILD_DIR, SOURCE_DIR
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+@pytest.fixture(scope="module")
+def tiny_nemotron(tmp_path_factory):
+    out = tmp_path_factory.mktemp("models") / "nemotron-h-tiny"
+    subprocess.run(
+        [sys.executable, str(SOURCE_DIR / "scripts" / "make_bench_tiny_nemotron.py"), str(out)],
+        check=True,
+        capture_output=True,
+    )
+    return out
+
+
+def run_benchmark(model, tmp_path, cache_home, extra):
+    dspark = BUILD_DIR / "dspark"
+    if not dspark.exists():
+        pytest.fail(f"{dspark} is not built")
+    env = dict(os.environ, XDG_CACHE_HOME=str(cache_home))
+    command = [
+        str(dspark), "benchmark", "--model", str(model), "--modes", "lookup", "--trials", "2",
+        "--max-new-tokens", "24", "--prompts-per-suite", "2", "--threads", "2",
+        "--prompts", str(SOURCE_DIR / "bench" / "prompts"),
+    ] + extra
+    return subprocess.run(command, check=True, capture_output=True, text=True, env=env, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def benchmark_run(tiny_nemotron, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("bench")
+    cache_home = tmp / "cache"
+    first = run_benchmark(tiny_nemotron, tmp, cache_home,
+                          ["--json", str(tmp / "out.json"), "--plot", str(tmp / "out.svg")])
+    second = run_benchmark(tiny_nemotron, tmp, cache_home, ["--json", str(tmp / "again.json")])
+    return tmp, cache_home, first, second
+
+
+def test_json_aggregates_follow_the_trials(benchmark_run):
+    tmp, _, _, _ = benchmark_run
+    result = json.loads((tmp / "out.json").read_text())
+    assert result["suites"] == ["chat", "code", "math"]
+    assert [run["run"] for run in result["runs"]] == ["baseline", "lookup"]
+    plain, lookup = result["runs"]
+    assert plain["accept"] == 1.0 and plain["speedup"] == 1.0
+    assert lookup["matches_plain"] is True
+    for run in result["runs"]:
+        assert len(run["prompts"]) == 6
+        suite_speedups = []
+        for suite in result["suites"]:
+            prompts = [p for p in run["prompts"] if p["suite"] == suite]
+            assert len(prompts) == 2
+            for prompt in prompts:
+                assert len(prompt["trials"]) == 2
+                assert prompt["tok_s"] == pytest.approx(statistics.median(t["tok_s"] for t in prompt["trials"]))
+                assert prompt["speedup"] == pytest.approx(statistics.median(t["speedup"] for t in prompt["trials"]))
+            mean_tok_s = statistics.mean(p["tok_s"] for p in prompts)
+            assert run["per_suite"][suite]["tok_s"] == pytest.approx(mean_tok_s)
+            suite_speedups.append(statistics.mean(p["speedup"] for p in prompts))
+        assert run["speedup"] == pytest.approx(statistics.mean(suite_speedups))
+        assert run["peak_rss_bytes"] > 0
+    # Side by side: each lookup trial's ratio is its tok/s over the plain run of the same trial.
+    for plain_prompt, lookup_prompt in zip(plain["prompts"], lookup["prompts"]):
+        for plain_trial, lookup_trial in zip(plain_prompt["trials"], lookup_prompt["trials"]):
+            assert lookup_trial["speedup"] == pytest.approx(lookup_trial["tok_s"] / plain_trial["tok_s"])
+            assert lookup_trial["generated"] == plain_trial["generated"]
+    assert lookup["rounds"] + lookup["plain_steps"] > 0
+    assert all(0.0 <= a <= 1.0 for a in lookup["slot_acceptance"])
+    roof = result["roofline"]
+    assert roof["bytes_per_token"] > 0 and roof["bandwidth_all_gbs"] > 0
+    assert roof["ceiling_tok_s"] == pytest.approx(roof["bandwidth_all_gbs"] * 1e9 / roof["bytes_per_token"])
+    calibration = result["calibration"]
+    assert sorted(int(w) for w in calibration["verify"]) == list(range(1, 9))
+    assert all(ms > 0 for ms in calibration["verify"].values())
+    assert 1 <= calibration["derived_cap"] <= 7
+
+
+def test_calibration_is_cached_and_reused(benchmark_run):
+    tmp, cache_home, first, second = benchmark_run
+    cache = json.loads((cache_home / "dspark" / "calibration.json").read_text())
+    key = json.loads((tmp / "out.json").read_text())["calibration"]["key"]
+    assert key in cache and "nemotron-h-tiny" in key
+    assert "measured in" in first.stderr
+    assert "cached" in second.stderr
+    again = json.loads((tmp / "again.json").read_text())
+    assert again["calibration"]["from_cache"] is True
+    assert again["calibration"]["verify"] == cache[key]["verify"]
+
+
+def test_svg_chart_is_well_formed(benchmark_run):
+    tmp, _, _, _ = benchmark_run
+    root = ET.parse(tmp / "out.svg").getroot()
+    assert root.tag == SVG + "svg"
+    lines = root.findall(SVG + "polyline")
+    dashed = [line for line in lines if line.get("stroke-dasharray")]
+    assert len(lines) == 6 and len(dashed) == 3
+    for line in lines:
+        points = [tuple(map(float, p.split(","))) for p in line.get("points").split()]
+        assert len(points) == 2
+    text = " ".join("".join(t.itertext()) for t in root.iter(SVG + "text"))
+    assert "roofline" in text and "GB/s" in text and "nemotron-h-tiny" in text
+
+
+def test_markdown_table_from_the_json(benchmark_run):
+    tmp, _, _, _ = benchmark_run
+    table = subprocess.run(
+        [sys.executable, str(SOURCE_DIR / "scripts" / "benchmark_table.py"), str(tmp / "out.json")],
+        check=True, capture_output=True, text=True,
+    ).stdout
+    rows = [line for line in table.splitlines() if line.startswith("| nemotron-h-tiny")]
+    assert len(rows) == 2
+    assert "| lookup |" in rows[1] and "| yes |" in rows[1]
+    assert "Roofline" in table

