@@ -25,7 +25,7 @@ fi
 if [[ "${1:-}" == "--venv" ]]; then
   VENV="${DSPARK_VENV:-$HOME/.cache/dspark/venv}"
   stamp="$VENV/.requirements.sha256"
-  wanted=$(sha256sum scripts/requirements-test.txt | cut -d' ' -f1)
+  wanted=$(cat scripts/requirements-test.txt scripts/requirements-test-nodeps.txt | sha256sum | cut -d' ' -f1)
   if [[ ! -x "$VENV/bin/python" || ! -f "$stamp" || "$(cat "$stamp")" != "$wanted" ]]; then
     echo "setup: creating the test venv in $VENV (PyPI oracles; llama-cpp-python compiles, be patient)"
     PYTHON=python3
@@ -33,6 +33,7 @@ if [[ "${1:-}" == "--venv" ]]; then
     "$PYTHON" -m venv "$VENV"
     "$VENV/bin/pip" install -q --upgrade pip
     "$VENV/bin/pip" install -q -r scripts/requirements-test.txt
+    "$VENV/bin/pip" install -q --no-deps -r scripts/requirements-test-nodeps.txt
     echo "$wanted" > "$stamp"
   fi
 fi

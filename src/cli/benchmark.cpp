@@ -19,11 +19,13 @@
 #include "cli/benchmark_report.h"
 #include "cli/commands.h"
 #include "engine/model_bundle.h"
+#include "formats/model_store.h"
 #include "hub/resolve.h"
 #include "kernels/bandwidth.h"
 #include "kernels/quant.h"
 #include "speculative/cap.h"
 #include "speculative/decode_report.h"
+#include "speculative/drafter_resolution.h"
 #include "text/chat_template.h"
 
 namespace dspark::cli {
@@ -86,19 +88,23 @@ std::filesystem::path find_prompts_dir(const std::string& requested) {
   for (const auto& candidate : candidates) {
     if (std::filesystem::exists(candidate / "chat.jsonl")) return candidate;
   }
-  fail("cannot find the benchmark prompts (bench/prompts/chat.jsonl) beside {} or in the working directory; "
-       "pass --prompts DIR",
-       error ? std::string("the executable") : exe.string());
+  fail(
+      "cannot find the benchmark prompts (bench/prompts/chat.jsonl) beside {} or in the working "
+      "directory; "
+      "pass --prompts DIR",
+      error ? std::string("the executable") : exe.string());
 }
 
 std::vector<int32_t> render_prompt(const ModelBundle& bundle, const std::string& text) {
-  if (bundle.chat_template.empty()) return bundle.tokenizer->encode(text, /*add_special_tokens=*/true);
+  if (bundle.chat_template.empty())
+    return bundle.tokenizer->encode(text, /*add_special_tokens=*/true);
   ChatTemplateInputs inputs;
   inputs.messages.push_back({{"role", "user"}, {"content", text}});
   inputs.add_generation_prompt = true;
   if (!bundle.bos_token.empty()) inputs.bos_token = bundle.bos_token;
   if (!bundle.eos_token.empty()) inputs.eos_token = bundle.eos_token;
-  const std::string rendered = ChatTemplate(bundle.chat_template, bundle.name + " chat template").render(inputs);
+  const std::string rendered =
+      ChatTemplate(bundle.chat_template, bundle.name + " chat template").render(inputs);
   return bundle.tokenizer->encode(rendered, /*add_special_tokens=*/false);
 }
 
@@ -113,7 +119,8 @@ std::vector<Prompt> load_prompts(const ModelBundle& bundle, const std::filesyste
     int count = 0;
     for (int line_number = 1; std::getline(in, line); ++line_number) {
       if (line.empty()) continue;
-      const nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      const nlohmann::json record =
+          nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
       if (!record.is_object() || !record.contains("prompt") || !record["prompt"].is_string()) {
         fail("{} line {}: expected an object with a string 'prompt'", path.string(), line_number);
       }
@@ -126,7 +133,9 @@ std::vector<Prompt> load_prompts(const ModelBundle& bundle, const std::filesyste
 }
 
 // Starts a fresh peak-RSS window (Linux: writing 5 to clear_refs resets VmHWM to the current RSS).
-void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
+void reset_peak_rss() {
+  std::ofstream("/proc/self/clear_refs") << "5";
+}
 
 std::string os_description() {
   utsname name{};
@@ -134,45 +143,80 @@ std::string os_description() {
   return fmt::format("{} {} {}", name.sysname, name.release, name.machine);
 }
 
-// Plain decoding first, then lookup, then one row per cap for each model-drafter mode.
-std::vector<Arm> build_arms(const BenchmarkOptions& options, const DrafterFactory& drafter) {
+// The dspark / dflash rows' drafter: found and loaded the way generate does (--drafter, a
+// companion directory, the registry), or the reason there is none.
+struct ModelDrafter {
+  DecodeMode mode = DecodeMode::dspark;
+  DrafterFactory factory;
+  std::string directory;
+  std::string missing;  // why there is no drafter, when factory is empty
+};
+
+ModelDrafter load_model_drafter(const Model& model, const std::string& mode,
+                                const BenchmarkOptions& options, const ResolveOptions& resolve,
+                                const std::string& model_dir) {
+  DrafterCliOptions cli;
+  cli.mode = mode;
+  cli.drafter = options.drafter;
+  cli.model = options.model;
+  cli.model_dir = model_dir;
+  cli.models_dir = models_dir(options.models_dir);
+  cli.hub.find_repo = [&resolve](const std::string& repo_id) {
+    return find_or_download_repo(repo_id, resolve.hub, resolve.download);
+  };
+  cli.hub.cached_companions = [&resolve](const std::string& model_repo, const std::string& marker) {
+    return find_cached_companions(model_repo, marker, resolve.hub);
+  };
+  ModelDrafter drafter;
+  drafter.mode = parse_decode_mode(mode);
+  try {
+    drafter.directory = resolve_drafter(cli).drafter_dir;
+    std::string explanation;
+    drafter.factory = decode_setup_from_options(model, DecodeOptions{}, cli, explanation).drafter;
+  } catch (const Error& e) {
+    drafter.missing = e.what();
+  }
+  return drafter;
+}
+
+std::vector<Arm> drafter_arms(const std::string& mode_name, const ModelDrafter& drafter,
+                              const std::vector<std::string>& caps, const CostCurves& curves) {
   std::vector<Arm> arms;
-  arms.push_back({"baseline", DecodeSetup{}, ""});
-  for (const std::string& name : split_list(options.modes)) {
-    const DecodeMode mode = parse_decode_mode(name);
-    if (mode == DecodeMode::baseline) continue;
-    if (mode == DecodeMode::lookup) {
-      Arm arm{"lookup", DecodeSetup{}, ""};
-      arm.setup.options.mode = mode;
-      arms.push_back(std::move(arm));
-      continue;
-    }
-    if (!drafter) {
-      fmt::print(stderr, "  {}: skipped (no model drafter is loaded for this target)\n", name);
-      continue;
-    }
-    for (const std::string& cap : split_list(options.caps)) {
-      Arm arm{fmt::format("{} cap={}", name, cap), DecodeSetup{}, cap};
-      arm.setup.options.mode = mode;
-      arm.setup.drafter = drafter;
-      if (cap == "auto") {
-        arm.setup.options.auto_cap = true;
-      } else if (cap != "derived") {
-        try {
-          arm.setup.options.max_draft = std::stoi(cap);
-        } catch (const std::exception&) {
-          fail("--caps takes numbers, 'auto' or 'derived', not '{}'", cap);
-        }
-        if (*arm.setup.options.max_draft < 1) fail("--caps values must be at least 1, not {}", cap);
+  for (const std::string& cap : caps) {
+    Arm arm{fmt::format("{} cap={}", mode_name, cap), DecodeSetup{}, cap};
+    arm.setup.options.mode = drafter.mode;
+    arm.setup.drafter = drafter.factory;
+    arm.setup.cap_policy =
+        make_cap_policy_factory(curves, kMaxCap, drafter.mode == DecodeMode::dspark);
+    if (cap == "auto") {
+      arm.setup.options.auto_cap = true;
+    } else if (cap != "derived") {
+      try {
+        arm.setup.options.max_draft = std::stoi(cap);
+      } catch (const std::exception&) {
+        fail("--caps takes numbers, 'auto' or 'derived', not '{}'", cap);
       }
-      arms.push_back(std::move(arm));
+      if (*arm.setup.options.max_draft < 1) fail("--caps values must be at least 1, not {}", cap);
     }
+    arms.push_back(std::move(arm));
   }
   return arms;
 }
 
-CapPolicyFactory cap_factory_for(const CostCurves& curves, DecodeMode mode) {
-  return make_cap_policy_factory(curves, kMaxCap, mode == DecodeMode::dspark);
+void print_calibration(const std::string& what, const Calibration& calibration, int derived_cap) {
+  std::string widths;
+  for (size_t w = 0; w < calibration.curves.verify_ms.size(); ++w) {
+    widths += fmt::format(" {}:{:.3g}", w + 1, calibration.curves.verify_ms[w]);
+  }
+  std::string drafts;
+  for (size_t c = 0; c < calibration.curves.drafter_ms.size(); ++c) {
+    drafts += fmt::format(" {}:{:.3g}", c + 1, calibration.curves.drafter_ms[c]);
+  }
+  fmt::print(
+      stderr, "{}: verify ms by width{}{}; overhead {:.3g} ms ({}; derived cap {})\n", what, widths,
+      drafts.empty() ? "" : "; drafter ms by cap" + drafts, calibration.curves.overhead_ms,
+      calibration.from_cache ? "cached" : fmt::format("measured in {:.1f} s", calibration.seconds),
+      derived_cap);
 }
 
 void write_file(const std::string& path, const std::string& contents) {
@@ -185,11 +229,13 @@ void write_file(const std::string& path, const std::string& contents) {
 // rsvg-convert (librsvg2-bin) renders the chart as PNG beside the SVG when it is installed.
 void convert_to_png(const std::string& svg_path) {
   std::string png_path = svg_path;
-  if (png_path.size() > 4 && png_path.compare(png_path.size() - 4, 4, ".svg") == 0) png_path.resize(png_path.size() - 4);
+  if (png_path.size() > 4 && png_path.compare(png_path.size() - 4, 4, ".svg") == 0)
+    png_path.resize(png_path.size() - 4);
   png_path += ".png";
   const pid_t child = fork();
   if (child == 0) {
-    execlp("rsvg-convert", "rsvg-convert", "-o", png_path.c_str(), svg_path.c_str(), static_cast<char*>(nullptr));
+    execlp("rsvg-convert", "rsvg-convert", "-o", png_path.c_str(), svg_path.c_str(),
+           static_cast<char*>(nullptr));
     _exit(127);
   }
   int status = 0;
@@ -209,13 +255,14 @@ void run_benchmark(const BenchmarkOptions& options) {
   BenchmarkReport report;
   report.version = kVersion;
   report.threads = default_pool().num_threads();
-  report.device = fmt::format("CPU {} ({})", cpu_features().model_name, kernels::isa_name(kernels::best_isa()));
+  report.device =
+      fmt::format("CPU {} ({})", cpu_features().model_name, kernels::isa_name(kernels::best_isa()));
   report.os = os_description();
   report.trials = options.trials;
   report.max_new_tokens = options.max_new_tokens;
   report.suites = split_list(options.suites);
-  fmt::print(stderr, "dspark benchmark · {} · {} threads · dspark {} · {}\n", report.device, report.threads,
-             kVersion, report.os);
+  fmt::print(stderr, "dspark benchmark · {} · {} threads · dspark {} · {}\n", report.device,
+             report.threads, kVersion, report.os);
 
   ResolveOptions resolve;
   resolve.models_dir = options.models_dir;
@@ -224,16 +271,17 @@ void run_benchmark(const BenchmarkOptions& options) {
   auto bundle = load_model_bundle(model_dir);
   const Model& model = *bundle->model;
   report.target = bundle->name;
-  report.drafter = options.drafter;
-  const std::vector<Prompt> prompts =
-      load_prompts(*bundle, find_prompts_dir(options.prompts_dir), report.suites, options.prompts_per_suite);
+  const std::vector<Prompt> prompts = load_prompts(*bundle, find_prompts_dir(options.prompts_dir),
+                                                   report.suites, options.prompts_per_suite);
 
   report.roofline.bytes_per_token = model.decode_weight_bytes();
   report.roofline.bandwidth_1t_gbs = kernels::measure_read_bandwidth_gbs(1);
   report.roofline.bandwidth_all_gbs = kernels::measure_read_bandwidth_gbs(report.threads);
-  fmt::print(stderr, "roofline: {:.1f} MB per token / {:.1f} GB/s read ({:.1f} GB/s one thread) = {:.0f} tok/s\n",
-             report.roofline.bytes_per_token / 1e6, report.roofline.bandwidth_all_gbs,
-             report.roofline.bandwidth_1t_gbs, report.roofline.ceiling_tok_s());
+  fmt::print(
+      stderr,
+      "roofline: {:.1f} MB per token / {:.1f} GB/s read ({:.1f} GB/s one thread) = {:.0f} tok/s\n",
+      report.roofline.bytes_per_token / 1e6, report.roofline.bandwidth_all_gbs,
+      report.roofline.bandwidth_1t_gbs, report.roofline.ceiling_tok_s());
 
   CalibrationOptions calibration;
   calibration.mode = "lookup";
@@ -243,19 +291,39 @@ void run_benchmark(const BenchmarkOptions& options) {
   report.calibration = calibrate(model, DrafterFactory{}, calibration);
   report.calibration_max_cap = kMaxCap;
   report.derived_cap = derive_cap(report.calibration.curves, kMaxCap);
-  std::string verify_line;
-  for (size_t w = 0; w < report.calibration.curves.verify_ms.size(); ++w) {
-    verify_line += fmt::format(" {}:{:.3g}", w + 1, report.calibration.curves.verify_ms[w]);
-  }
-  fmt::print(stderr, "verify ms by width:{}  ({}; derived cap {})\n", verify_line,
-             report.calibration.from_cache ? "cached" : fmt::format("measured in {:.1f} s", report.calibration.seconds),
-             report.derived_cap);
+  print_calibration("target", report.calibration, report.derived_cap);
 
-  // Model drafters reach the benchmark once the drafter loader is wired in (speculative/dspark.h);
-  // until then dspark / dflash rows are reported as skipped.
-  const DrafterFactory drafter;
-  std::vector<Arm> arms = build_arms(options, drafter);
-  for (Arm& arm : arms) arm.setup.cap_policy = cap_factory_for(report.calibration.curves, arm.setup.options.mode);
+  // Plain decoding first, then each mode in the order given: lookup with its defaults, model
+  // drafters once per cap, priced by their own calibration.
+  std::vector<Arm> arms;
+  arms.push_back({"baseline", DecodeSetup{}, ""});
+  for (const std::string& name : split_list(options.modes)) {
+    const DecodeMode mode = parse_decode_mode(name);
+    if (mode == DecodeMode::baseline) continue;
+    if (mode == DecodeMode::lookup) {
+      Arm arm{"lookup", DecodeSetup{}, ""};
+      arm.setup.options.mode = mode;
+      arms.push_back(std::move(arm));
+      continue;
+    }
+    const ModelDrafter drafter = load_model_drafter(model, name, options, resolve, model_dir);
+    if (!drafter.factory) {
+      fmt::print(stderr, "{}: skipped ({})\n", name, drafter.missing);
+      report.skipped.push_back({name, drafter.missing});
+      continue;
+    }
+    CalibrationOptions with_drafter = calibration;
+    with_drafter.mode = name;
+    with_drafter.drafter_name = std::filesystem::path(drafter.directory).filename().string();
+    if (report.drafter.empty()) report.drafter = drafter.directory;
+    Calibration measured = calibrate(model, drafter.factory, with_drafter);
+    const int derived = derive_cap(measured.curves, kMaxCap);
+    print_calibration(name + " drafter " + with_drafter.drafter_name, measured, derived);
+    for (Arm& arm : drafter_arms(name, drafter, split_list(options.caps), measured.curves)) {
+      arms.push_back(std::move(arm));
+    }
+    report.drafter_calibrations.push_back({name, std::move(measured), derived});
+  }
 
   GenerationConfig config;
   config.eos_ids = bundle->eos_ids;
@@ -263,8 +331,8 @@ void run_benchmark(const BenchmarkOptions& options) {
     GenerationConfig warmup = config;
     warmup.max_tokens = std::min<int64_t>(100, options.max_new_tokens);
     ModelState state = model.new_state();
-    run_generation(model, render_prompt(*bundle, "Tell me about the sea."), state, warmup, DecodeSetup{},
-                   [](const CommittedToken&) { return true; });
+    run_generation(model, render_prompt(*bundle, "Tell me about the sea."), state, warmup,
+                   DecodeSetup{}, [](const CommittedToken&) { return true; });
   }
   config.max_tokens = options.max_new_tokens;
 
@@ -284,8 +352,9 @@ void run_benchmark(const BenchmarkOptions& options) {
         ModelState state = model.new_state();
         DecodeStats decode;
         reset_peak_rss();
-        const GenerationResult result = run_generation(model, prompt.tokens, state, config, arms[a].setup,
-                                                       [](const CommittedToken&) { return true; }, &decode);
+        const GenerationResult result = run_generation(
+            model, prompt.tokens, state, config, arms[a].setup,
+            [](const CommittedToken&) { return true; }, &decode);
         const nlohmann::json figures = decode_stats_json(decode, result.stats);
         TrialRun run;
         run.tok_s = figures["tok_s"].get<double>();
@@ -345,18 +414,26 @@ void run_benchmark(const BenchmarkOptions& options) {
 }  // namespace
 
 void add_benchmark_command(CLI::App& app) {
-  auto* command = app.add_subcommand("benchmark", "Plain vs speculative decoding, side by side, per suite");
+  auto* command =
+      app.add_subcommand("benchmark", "Plain vs speculative decoding, side by side, per suite");
   auto options = std::make_shared<BenchmarkOptions>();
   command->add_option("--model,-m", options->model, "Model (default: the default model)");
   command->add_option("--models-dir", options->models_dir, "Models directory");
   command->add_option("--drafter", options->drafter, "Drafter for the dspark / dflash modes");
-  command->add_option("--modes", options->modes, "Comma list of lookup, dspark, dflash (plain always runs first)")
+  command
+      ->add_option("--modes", options->modes,
+                   "Comma list of lookup, dspark, dflash (plain always runs first)")
       ->capture_default_str();
-  command->add_option("--caps", options->caps, "Comma list of caps and/or 'auto' for dspark / dflash rows")
+  command
+      ->add_option("--caps", options->caps,
+                   "Comma list of caps and/or 'auto' for dspark / dflash rows")
       ->capture_default_str();
-  command->add_option("--suites", options->suites, "Comma list of prompt suites")->capture_default_str();
+  command->add_option("--suites", options->suites, "Comma list of prompt suites")
+      ->capture_default_str();
   command->add_option("--prompts", options->prompts_dir, "Directory of <suite>.jsonl prompt files");
-  command->add_option("--prompts-per-suite", options->prompts_per_suite, "Use the first N prompts (0 = all)")
+  command
+      ->add_option("--prompts-per-suite", options->prompts_per_suite,
+                   "Use the first N prompts (0 = all)")
       ->check(CLI::NonNegativeNumber);
   command->add_option("--trials", options->trials, "Runs per prompt and arm (medians reported)")
       ->capture_default_str()
@@ -365,7 +442,8 @@ void add_benchmark_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   command->add_option("--json", options->json_path, "Also write the results as JSON");
-  command->add_option("--plot", options->plot_path, "Write an SVG chart (and a PNG when rsvg-convert exists)");
+  command->add_option("--plot", options->plot_path,
+                      "Write an SVG chart (and a PNG when rsvg-convert exists)");
   command->add_option("--threads", options->threads, "Worker threads (default: all CPUs)");
   command->add_flag("--recalibrate", options->recalibrate, "Measure verify costs even when cached");
   command->callback([options] { run_benchmark(*options); });

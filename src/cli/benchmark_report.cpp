@@ -35,7 +35,8 @@ double mean(const std::vector<double>& values) {
 std::vector<std::string> suites_of(const ArmResult& arm) {
   std::vector<std::string> suites;
   for (const PromptResult& prompt : arm.prompts) {
-    if (std::find(suites.begin(), suites.end(), prompt.suite) == suites.end()) suites.push_back(prompt.suite);
+    if (std::find(suites.begin(), suites.end(), prompt.suite) == suites.end())
+      suites.push_back(prompt.suite);
   }
   return suites;
 }
@@ -59,33 +60,50 @@ std::string xml_escape(const std::string& text) {
   std::string out;
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
 }
 
-nlohmann::json calibration_json(const BenchmarkReport& report) {
-  nlohmann::json out = cost_curves_json(report.calibration.curves);
-  out["key"] = report.calibration.key;
-  out["from_cache"] = report.calibration.from_cache;
-  out["seconds"] = report.calibration.seconds;
-  out["max_cap"] = report.calibration_max_cap;
-  out["derived_cap"] = report.derived_cap;
+nlohmann::json calibration_json(const Calibration& calibration, int max_cap, int derived_cap) {
+  nlohmann::json out = cost_curves_json(calibration.curves);
+  out["key"] = calibration.key;
+  out["from_cache"] = calibration.from_cache;
+  out["seconds"] = calibration.seconds;
+  out["max_cap"] = max_cap;
+  out["derived_cap"] = derived_cap;
   out["prior_p"] = kDerivedCapPrior;
   return out;
 }
 
 }  // namespace
 
-double PromptResult::tok_s() const { return median_of(trials, &TrialRun::tok_s); }
-double PromptResult::decode_tok_s() const { return median_of(trials, &TrialRun::decode_tok_s); }
-double PromptResult::accept() const { return median_of(trials, &TrialRun::accept); }
-double PromptResult::speedup() const { return median_of(trials, &TrialRun::speedup); }
+double PromptResult::tok_s() const {
+  return median_of(trials, &TrialRun::tok_s);
+}
+double PromptResult::decode_tok_s() const {
+  return median_of(trials, &TrialRun::decode_tok_s);
+}
+double PromptResult::accept() const {
+  return median_of(trials, &TrialRun::accept);
+}
+double PromptResult::speedup() const {
+  return median_of(trials, &TrialRun::speedup);
+}
 
 int64_t PromptResult::peak_rss_bytes() const {
   int64_t peak = 0;
@@ -94,7 +112,8 @@ int64_t PromptResult::peak_rss_bytes() const {
 }
 
 bool PromptResult::matches_plain() const {
-  return std::all_of(trials.begin(), trials.end(), [](const TrialRun& t) { return t.matches_plain; });
+  return std::all_of(trials.begin(), trials.end(),
+                     [](const TrialRun& t) { return t.matches_plain; });
 }
 
 double ArmResult::tok_s(const std::string& suite) const {
@@ -116,15 +135,25 @@ int64_t ArmResult::peak_rss_bytes() const {
   return peak;
 }
 
-std::vector<double> ArmResult::slot_acceptance() const { return dspark::slot_acceptance(totals); }
+std::vector<double> ArmResult::slot_acceptance() const {
+  return dspark::slot_acceptance(totals);
+}
+
+const Calibration& BenchmarkReport::calibration_for(DecodeMode mode) const {
+  for (const DrafterCalibration& entry : drafter_calibrations) {
+    if (parse_decode_mode(entry.mode) == mode) return entry.calibration;
+  }
+  return calibration;
+}
 
 double Roofline::ceiling_tok_s() const {
   return bytes_per_token > 0 ? bandwidth_all_gbs * 1e9 / static_cast<double>(bytes_per_token) : 0.0;
 }
 
 std::string format_arm(const BenchmarkReport& report, const ArmResult& arm) {
-  std::string text = fmt::format("  {:<22} {:6.1f} tok/s e2e · {:6.1f} decode   accept {:.2f} ({:.2f}x)\n",
-                                 arm.label, arm.tok_s(), arm.decode_tok_s(), arm.accept(), arm.speedup());
+  std::string text =
+      fmt::format("  {:<22} {:6.1f} tok/s e2e · {:6.1f} decode   accept {:.2f} ({:.2f}x)\n",
+                  arm.label, arm.tok_s(), arm.decode_tok_s(), arm.accept(), arm.speedup());
   std::vector<std::string> parts;
   for (const std::string& suite : report.suites) {
     parts.push_back(fmt::format("{} {:.1f} {:.2f}x", suite, arm.tok_s(suite), arm.speedup(suite)));
@@ -150,7 +179,17 @@ nlohmann::json report_json(const BenchmarkReport& report) {
                      {"bandwidth_1t_gbs", report.roofline.bandwidth_1t_gbs},
                      {"bandwidth_all_gbs", report.roofline.bandwidth_all_gbs},
                      {"ceiling_tok_s", ceiling}};
-  out["calibration"] = calibration_json(report);
+  out["calibration"] =
+      calibration_json(report.calibration, report.calibration_max_cap, report.derived_cap);
+  out["drafter_calibrations"] = nlohmann::json::object();
+  for (const auto& entry : report.drafter_calibrations) {
+    out["drafter_calibrations"][entry.mode] =
+        calibration_json(entry.calibration, report.calibration_max_cap, entry.derived_cap);
+  }
+  out["skipped"] = nlohmann::json::array();
+  for (const auto& [mode, reason] : report.skipped) {
+    out["skipped"].push_back({{"mode", mode}, {"reason", reason}});
+  }
   nlohmann::json runs = nlohmann::json::array();
   for (const ArmResult& arm : report.arms) {
     nlohmann::json run;
@@ -169,9 +208,10 @@ nlohmann::json report_json(const BenchmarkReport& report) {
     run["plain_steps"] = arm.totals.plain_steps;
     run["drafted"] = arm.totals.drafted;
     run["accepted"] = arm.totals.accepted;
-    if (arm.mode != DecodeMode::baseline && !report.calibration.curves.empty()) {
-      const std::vector<double> survival = measured_survival(arm.totals);
-      run["derived_cap_measured"] = derive_cap(report.calibration.curves, report.calibration_max_cap, survival);
+    const CostCurves& curves = report.calibration_for(arm.mode).curves;
+    if (arm.mode != DecodeMode::baseline && !curves.empty()) {
+      run["derived_cap_measured"] =
+          derive_cap(curves, report.calibration_max_cap, measured_survival(arm.totals));
     }
     nlohmann::json per_suite = nlohmann::json::object();
     for (const std::string& suite : report.suites) {
@@ -212,7 +252,8 @@ nlohmann::json report_json(const BenchmarkReport& report) {
 
 std::string report_svg(const BenchmarkReport& report) {
   constexpr double kPanelWidth = 300, kPanelHeight = 240, kLeft = 60, kTop = 70, kGap = 30;
-  const std::vector<std::string> colors = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"};
+  const std::vector<std::string> colors = {"#1f77b4", "#d62728", "#2ca02c",
+                                           "#9467bd", "#ff7f0e", "#8c564b"};
   const size_t panels = std::max<size_t>(report.suites.size(), 1);
   const double width = kLeft + panels * (kPanelWidth + kGap) + 10;
   const double height = kTop + kPanelHeight + 110;
@@ -224,12 +265,14 @@ std::string report_svg(const BenchmarkReport& report) {
   y_max *= 1.1;
 
   std::string svg = fmt::format(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{:.0f}\" height=\"{:.0f}\" viewBox=\"0 0 {:.0f} "
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{:.0f}\" height=\"{:.0f}\" viewBox=\"0 0 "
+      "{:.0f} "
       "{:.0f}\" font-family=\"sans-serif\" font-size=\"12\">\n",
       width, height, width, height);
   svg += fmt::format("<rect width=\"{:.0f}\" height=\"{:.0f}\" fill=\"white\"/>\n", width, height);
-  svg += fmt::format("<text x=\"{}\" y=\"22\" font-size=\"15\" font-weight=\"bold\">{}</text>\n", kLeft,
-                     xml_escape(fmt::format("dspark benchmark · {} · decode tok/s per prompt", report.target)));
+  svg += fmt::format(
+      "<text x=\"{}\" y=\"22\" font-size=\"15\" font-weight=\"bold\">{}</text>\n", kLeft,
+      xml_escape(fmt::format("dspark benchmark · {} · decode tok/s per prompt", report.target)));
 
   // Legend: plain dashed, every speculative arm solid.
   double legend_x = kLeft;
@@ -238,10 +281,12 @@ std::string report_svg(const BenchmarkReport& report) {
     const bool plain = arm.mode == DecodeMode::baseline;
     const std::string color = plain ? "#444444" : colors[(a - 1) % colors.size()];
     svg += fmt::format(
-        "<line x1=\"{:.1f}\" y1=\"42\" x2=\"{:.1f}\" y2=\"42\" stroke=\"{}\" stroke-width=\"2\"{}/>\n", legend_x,
-        legend_x + 24, color, plain ? " stroke-dasharray=\"6 4\"" : "");
+        "<line x1=\"{:.1f}\" y1=\"42\" x2=\"{:.1f}\" y2=\"42\" stroke=\"{}\" "
+        "stroke-width=\"2\"{}/>\n",
+        legend_x, legend_x + 24, color, plain ? " stroke-dasharray=\"6 4\"" : "");
     const std::string label =
-        plain ? arm.label : fmt::format("{} ({:.2f}x, accept {:.2f})", arm.label, arm.speedup(), arm.accept());
+        plain ? arm.label
+              : fmt::format("{} ({:.2f}x, accept {:.2f})", arm.label, arm.speedup(), arm.accept());
     svg += fmt::format("<text x=\"{:.1f}\" y=\"46\">{}</text>\n", legend_x + 30, xml_escape(label));
     legend_x += 40 + 7.0 * static_cast<double>(label.size());
   }
@@ -250,23 +295,24 @@ std::string report_svg(const BenchmarkReport& report) {
     const std::string& suite = report.suites[s];
     const double x0 = kLeft + s * (kPanelWidth + kGap);
     svg += fmt::format(
-        "<rect x=\"{:.1f}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#999999\"/>\n", x0, kTop,
-        kPanelWidth, kPanelHeight);
+        "<rect x=\"{:.1f}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" "
+        "stroke=\"#999999\"/>\n",
+        x0, kTop, kPanelWidth, kPanelHeight);
     std::string title = suite;
     for (const ArmResult& arm : report.arms) {
       if (arm.mode != DecodeMode::baseline) title += fmt::format(" · {:.2f}x", arm.speedup(suite));
     }
-    svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\" font-weight=\"bold\">{}</text>\n", x0 + 4, kTop - 6,
-                       xml_escape(title));
+    svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\" font-weight=\"bold\">{}</text>\n", x0 + 4,
+                       kTop - 6, xml_escape(title));
     for (int tick = 0; tick <= 4; ++tick) {
       const double value = y_max * tick / 4.0;
       const double y = kTop + kPanelHeight - kPanelHeight * tick / 4.0;
       svg += fmt::format(
-          "<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#e5e5e5\"/>\n", x0, y,
-          x0 + kPanelWidth, y);
+          "<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#e5e5e5\"/>\n",
+          x0, y, x0 + kPanelWidth, y);
       if (s == 0) {
-        svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\">{:.0f}</text>\n", x0 - 6,
-                           y + 4, value);
+        svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\">{:.0f}</text>\n",
+                           x0 - 6, y + 4, value);
       }
     }
     for (size_t a = 0; a < report.arms.size(); ++a) {
@@ -284,36 +330,41 @@ std::string report_svg(const BenchmarkReport& report) {
         const double x = x0 + 15 + step * i;
         const double y = kTop + kPanelHeight - kPanelHeight * values[i] / y_max;
         points += fmt::format("{}{:.1f},{:.1f}", i == 0 ? "" : " ", x, y);
-        svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"2.5\" fill=\"{}\"/>\n", x, y, color);
+        svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"2.5\" fill=\"{}\"/>\n", x, y,
+                           color);
       }
-      svg += fmt::format("<polyline points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"{}/>\n", points,
-                         color, plain ? " stroke-dasharray=\"6 4\"" : "");
+      svg += fmt::format(
+          "<polyline points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"{}/>\n", points,
+          color, plain ? " stroke-dasharray=\"6 4\"" : "");
     }
     svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{} prompts</text>\n",
                        x0 + kPanelWidth / 2, kTop + kPanelHeight + 16, xml_escape(suite));
   }
   svg += fmt::format(
-      "<text x=\"16\" y=\"{:.1f}\" transform=\"rotate(-90 16 {:.1f})\" text-anchor=\"middle\">decode tok/s "
+      "<text x=\"16\" y=\"{:.1f}\" transform=\"rotate(-90 16 {:.1f})\" "
+      "text-anchor=\"middle\">decode tok/s "
       "(median of {} trials)</text>\n",
       kTop + kPanelHeight / 2, kTop + kPanelHeight / 2, report.trials);
 
   const Roofline& roofline = report.roofline;
   const std::vector<std::string> caption = {
-      fmt::format("{} · {} threads · {} · {} new tokens · dspark {}", report.device, report.threads, report.os,
-                  report.max_new_tokens, report.version),
-      fmt::format("roofline: {:.1f} MB read per token / {:.1f} GB/s measured read bandwidth ({} threads; {:.1f} "
+      fmt::format("{} · {} threads · {} · {} new tokens · dspark {}", report.device, report.threads,
+                  report.os, report.max_new_tokens, report.version),
+      fmt::format("roofline: {:.1f} MB read per token / {:.1f} GB/s measured read bandwidth ({} "
+                  "threads; {:.1f} "
                   "GB/s one thread) = {:.0f} tok/s ceiling; plain decode reaches {:.0f}%",
                   roofline.bytes_per_token / 1e6, roofline.bandwidth_all_gbs, report.threads,
                   roofline.bandwidth_1t_gbs, roofline.ceiling_tok_s(),
                   report.arms.empty() || roofline.ceiling_tok_s() <= 0
                       ? 0.0
                       : 100.0 * report.arms[0].decode_tok_s() / roofline.ceiling_tok_s()),
-      fmt::format("derived cap {} (calibrated verify cost per width, prior p = {:.2f}); speed-ups are medians of "
+      fmt::format("derived cap {} (calibrated verify cost per width, prior p = {:.2f}); speed-ups "
+                  "are medians of "
                   "ratios to plain decoding run side by side",
                   report.derived_cap, kDerivedCapPrior)};
   for (size_t i = 0; i < caption.size(); ++i) {
-    svg += fmt::format("<text x=\"{}\" y=\"{:.1f}\" font-size=\"11\" fill=\"#333333\">{}</text>\n", kLeft,
-                       kTop + kPanelHeight + 44 + 16.0 * i, xml_escape(caption[i]));
+    svg += fmt::format("<text x=\"{}\" y=\"{:.1f}\" font-size=\"11\" fill=\"#333333\">{}</text>\n",
+                       kLeft, kTop + kPanelHeight + 44 + 16.0 * i, xml_escape(caption[i]));
   }
   svg += "</svg>\n";
   return svg;

@@ -71,10 +71,20 @@ struct BenchmarkReport {
   int64_t max_new_tokens = 0;
   std::vector<std::string> suites;
   Roofline roofline;
-  Calibration calibration;
+  Calibration calibration;  // the target alone (no drafter costs)
   int calibration_max_cap = 0;
   int derived_cap = 0;  // from the calibration with the acceptance prior
-  std::vector<ArmResult> arms;  // arms[0] is plain decoding
+  struct DrafterCalibration {
+    std::string mode;
+    Calibration calibration;
+    int derived_cap = 0;
+  };
+  std::vector<DrafterCalibration> drafter_calibrations;      // per model-drafter mode
+  std::vector<std::pair<std::string, std::string>> skipped;  // mode, why
+  std::vector<ArmResult> arms;                               // arms[0] is plain decoding
+
+  // The costs that price `mode`'s rounds: its drafter's calibration, else the target's.
+  const Calibration& calibration_for(DecodeMode mode) const;
 };
 
 // "  lookup                 41.2 tok/s e2e · 43.0 decode   accept 2.31 (1.21x)" and a line of

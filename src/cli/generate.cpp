@@ -13,8 +13,10 @@
 #include "engine/generator.h"
 #include "engine/model_bundle.h"
 #include "engine/stop_strings.h"
+#include "formats/model_store.h"
 #include "hub/resolve.h"
 #include "speculative/decode.h"
+#include "speculative/drafter_resolution.h"
 #include "text/chat_template.h"
 #include "text/detokenizer_stream.h"
 
@@ -40,13 +42,16 @@ struct GenerateOptions {
   std::vector<std::string> stop;
   int threads = 0;
   bool ignore_eos = false;
-  std::string mode = "baseline";
+  std::string mode = "auto";
   std::string max_draft;
+  std::string drafter;
+  int drafter_bits = 4;
+  float confidence_threshold = 0.0f;
+  bool lookup_drafts = false;
 };
 
 DecodeOptions decode_options(const GenerateOptions& options) {
   DecodeOptions decode;
-  decode.mode = parse_decode_mode(options.mode);
   if (options.max_draft == "auto") {
     decode.auto_cap = true;
   } else if (!options.max_draft.empty()) {
@@ -93,11 +98,28 @@ void run_generate(const GenerateOptions& options) {
     resolved.prompt.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   }
   const double load_start = now_seconds();
-  DecodeSetup setup;
-  setup.options = decode_options(options);
+  const DecodeOptions decode = decode_options(options);
   ResolveOptions resolve;
   resolve.models_dir = options.models_dir;
   auto bundle = load_model_bundle(resolve_model_or_download(options.model, resolve));
+  DrafterCliOptions drafter;
+  drafter.mode = options.mode;
+  drafter.drafter = options.drafter;
+  drafter.model = options.model;
+  drafter.model_dir = bundle->path;
+  drafter.models_dir = models_dir(options.models_dir);
+  drafter.drafter_bits = options.drafter_bits;
+  drafter.confidence_threshold = options.confidence_threshold;
+  drafter.lookup_drafts = options.lookup_drafts;
+  drafter.hub.find_repo = [&resolve](const std::string& repo_id) {
+    return find_or_download_repo(repo_id, resolve.hub, resolve.download);
+  };
+  drafter.hub.cached_companions = [&resolve](const std::string& model, const std::string& marker) {
+    return find_cached_companions(model, marker, resolve.hub);
+  };
+  std::string explanation;
+  const DecodeSetup setup = decode_setup_from_options(*bundle->model, decode, drafter, explanation);
+  fmt::print(stderr, "{}\n", explanation);
   const double load_seconds = now_seconds() - load_start;
   const std::vector<int32_t> prompt = build_prompt(*bundle, resolved);
   if (static_cast<int64_t>(prompt.size()) >= bundle->model->max_context()) {
@@ -184,8 +206,20 @@ void add_generate_command(CLI::App& app) {
   command->add_option("--threads", options->threads, "Worker threads (default: all CPUs)");
   command->add_flag("--ignore-eos", options->ignore_eos,
                     "Keep generating past end-of-sequence tokens (for benchmarks)");
-  command->add_option("--mode", options->mode, "Decoding: baseline or lookup");
+  command->add_option("--mode", options->mode,
+                      "Decoding: auto (a drafter if one is found, else lookup), dspark, dflash, "
+                      "lookup or baseline");
   command->add_option("--max-draft", options->max_draft, "Drafts per round: a number or 'auto'");
+  command->add_option("--drafter", options->drafter,
+                      "DSpark or DFlash drafter: a directory or a hub repo id");
+  command->add_option("--drafter-bits", options->drafter_bits,
+                      "Quantise the drafter to this many bits at load (0 = as stored)")
+      ->check(CLI::NonNegativeNumber);
+  command->add_option("--confidence-threshold", options->confidence_threshold,
+                      "DSpark: keep drafts while their confidence product stays at or above this")
+      ->check(CLI::Range(0.0, 1.0));
+  command->add_flag("--lookup-drafts", options->lookup_drafts,
+                    "Try prompt-lookup drafts before the model drafter each round");
   command->callback([options] { run_generate(*options); });
 }
 

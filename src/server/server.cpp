@@ -322,9 +322,9 @@ struct Server::Impl {
 
   void setup() {
     http.set_payload_max_length(owner.options_.max_body_bytes);
-    http.set_read_timeout(600, 0);
+    http.set_read_timeout(60, 0);
     http.set_write_timeout(600, 0);
-    http.set_keep_alive_timeout(30);
+    http.set_keep_alive_timeout(2);
     http.set_keep_alive_max_count(1000);
     const int threads = owner.options_.http_threads > 0 ? owner.options_.http_threads : 96;
     http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };

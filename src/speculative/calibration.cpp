@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <random>
 
 #include "base/error.h"
 #include "base/system_info.h"
@@ -27,16 +28,21 @@ double median_ms(std::vector<double> seconds) {
   return middle * 1000.0;
 }
 
+struct Repeats {
+  int warmups = 0;
+  int iterations = 0;
+};
+
 // Times `body` (warm-ups, then iterations), calling `reset` untimed after each run.
 template <typename Body, typename Reset>
-double time_ms(const CalibrationOptions& options, Body body, Reset reset) {
+double time_ms(Repeats repeats, Body body, Reset reset) {
   std::vector<double> seconds;
-  for (int i = 0; i < options.warmups + options.iterations; ++i) {
+  for (int i = 0; i < repeats.warmups + repeats.iterations; ++i) {
     const double start = now_seconds();
     body();
     const double elapsed = now_seconds() - start;
     reset();
-    if (i >= options.warmups) seconds.push_back(elapsed);
+    if (i >= repeats.warmups) seconds.push_back(elapsed);
   }
   return median_ms(std::move(seconds));
 }
@@ -44,6 +50,7 @@ double time_ms(const CalibrationOptions& options, Body body, Reset reset) {
 struct Measurer {
   const Model& target;
   const CalibrationOptions& options;
+  Repeats repeats;
   std::vector<int> taps;
   ModelState state;
   ForwardOutput output;
@@ -62,8 +69,9 @@ struct Measurer {
     auto reset = [&] {
       if (width > 1) state.trim(length);
     };
-    return time_ms(options, [&] { target.forward(rows.data(), width, state, logit_rows, taps, output); },
-                   reset);
+    return time_ms(
+        repeats, [&] { target.forward(rows.data(), width, state, logit_rows, taps, output); },
+        reset);
   }
 
   // Moves the context to `tokens` positions without computing them: attention over synthetic
@@ -79,24 +87,41 @@ struct Measurer {
 };
 
 int64_t deep_context(const Model& target, const CalibrationOptions& options) {
-  const int64_t limit = target.max_context() - 2 * options.max_width - options.warmups - options.iterations;
+  const int64_t limit =
+      target.max_context() - 2 * options.max_width - options.deep_warmups - options.deep_iterations;
   return std::min(options.deep_context, limit);
 }
 
 CostCurves measure(const Model& target, const DrafterFactory& make_drafter,
                    const CalibrationOptions& options) {
   std::unique_ptr<Drafter> drafter = make_drafter ? make_drafter() : nullptr;
-  Measurer m{target, options, drafter ? drafter->tap_layers() : std::vector<int>{},
-             target.new_state(), {}, {}, {}};
+  const Repeats repeats{options.warmups, options.iterations};
+  Measurer m{target,
+             options,
+             repeats,
+             drafter ? drafter->tap_layers() : std::vector<int>{},
+             target.new_state(),
+             {},
+             {},
+             {}};
   CostCurves curves;
   curves.reference_context = options.context;
 
+  // The context is synthetic too: verify costs do not depend on what the cache holds, and the
+  // drafter's context is random rows (§16.1), so no prefill is spent on it.
   const std::vector<int32_t> prompt(options.context, kSyntheticToken);
-  target.forward(prompt.data(), options.context, m.state, {options.context - 1}, m.taps, m.output);
-  if (drafter) drafter->on_target_rows(prompt.data(), options.context, m.output.taps.data());
+  m.inflate_to(options.context);
+  if (drafter) {
+    std::mt19937 engine(7);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> taps(options.context * m.taps.size() * target.hidden_size());
+    for (float& value : taps) value = normal(engine);
+    drafter->on_target_rows(prompt.data(), options.context, taps.data());
+  }
 
   curves.verify_ms.assign(options.max_width, 0.0);
-  for (int width = 2; width <= options.max_width; ++width) curves.verify_ms[width - 1] = m.verify_ms(width);
+  for (int width = 2; width <= options.max_width; ++width)
+    curves.verify_ms[width - 1] = m.verify_ms(width);
 
   // Drafter cost per cap against the 512-row context; drafting does not touch the target state.
   const int max_cap = options.max_width - 1;
@@ -108,7 +133,11 @@ CostCurves measure(const Model& target, const DrafterFactory& make_drafter,
     curves.drafter_ms.assign(max_cap, 0.0);
     for (int cap = 1; cap <= max_cap; ++cap) {
       curves.drafter_ms[cap - 1] = time_ms(
-          options, [&] { drafter->propose(DraftRequest{committed, cap, greedy, rng}); }, [] {});
+          repeats,
+          [&] {
+            drafter->propose(DraftRequest{committed, cap, greedy, rng});
+          },
+          [] {});
     }
   }
 
@@ -117,7 +146,7 @@ CostCurves measure(const Model& target, const DrafterFactory& make_drafter,
   // kept row.
   const int64_t vocab = target.vocab_size();
   const double round_ms = time_ms(
-      options,
+      repeats,
       [&] {
         Draft draft;
         if (drafter) draft = drafter->propose(DraftRequest{committed, 2, greedy, rng});
@@ -130,6 +159,7 @@ CostCurves measure(const Model& target, const DrafterFactory& make_drafter,
         for (int64_t row = 0; row < 3; ++row) argmax(m.output.logits.data() + row * vocab, vocab);
         m.state.trim(length + 1);
         if (drafter) drafter->on_target_rows(m.rows.data(), 1, m.output.taps.data());
+        committed.push_back(kSyntheticToken);  // the next pending token
       },
       [] {});
   curves.overhead_ms = std::max(0.0, round_ms - (curves.drafter(2) + curves.verify(3)));
@@ -141,6 +171,7 @@ CostCurves measure(const Model& target, const DrafterFactory& make_drafter,
     m.inflate_to(deep);
     const std::vector<int> widths = {1, (1 + options.max_width) / 2, options.max_width};
     std::vector<double> deep_ms(widths.size());
+    m.repeats = Repeats{options.deep_warmups, options.deep_iterations};
     for (size_t i = widths.size(); i-- > 0;) deep_ms[i] = m.verify_ms(widths[i]);
     for (size_t i = 0; i < widths.size(); ++i) {
       if (!curves.slope_widths.empty() && curves.slope_widths.back() == widths[i]) continue;
@@ -213,7 +244,8 @@ std::string calibration_key(const Model& target, const CalibrationOptions& optio
   std::string quant = "unquantized";
   for (const char* field : {"quantization", "quantization_config"}) {
     if (config.contains(field) && config[field].is_object()) {
-      quant = fmt::format("q{}g{}", config[field].value("bits", 0), config[field].value("group_size", 0));
+      quant = fmt::format("q{}g{}", config[field].value("bits", 0),
+                          config[field].value("group_size", 0));
       break;
     }
   }
@@ -226,13 +258,17 @@ std::string calibration_key(const Model& target, const CalibrationOptions& optio
 
 Calibration calibrate(const Model& target, const DrafterFactory& drafter,
                       const CalibrationOptions& options) {
-  if (options.max_width < 3) fail("calibration needs verify widths up to at least 3, not {}", options.max_width);
-  if (options.context + options.max_width + options.warmups + options.iterations >= target.max_context()) {
-    fail("calibration needs a {}-token context; the model allows {}", options.context, target.max_context());
+  if (options.max_width < 3)
+    fail("calibration needs verify widths up to at least 3, not {}", options.max_width);
+  if (options.context + options.max_width + options.warmups + options.iterations >=
+      target.max_context()) {
+    fail("calibration needs a {}-token context; the model allows {}", options.context,
+         target.max_context());
   }
   Calibration result;
   result.key = calibration_key(target, options);
-  const std::string path = options.cache_path.empty() ? default_calibration_cache_path() : options.cache_path;
+  const std::string path =
+      options.cache_path.empty() ? default_calibration_cache_path() : options.cache_path;
   if (options.use_cache) {
     const nlohmann::json cache = read_cache(path);
     if (cache.contains(result.key)) {
@@ -271,7 +307,8 @@ CostCurves cost_curves_from_json(const nlohmann::json& json, const std::string& 
   CostCurves curves;
   curves.verify_ms = series_from_json(json["verify"], "verify", source);
   if (curves.verify_ms.empty()) fail("{}: 'verify' is empty", source);
-  if (json.contains("drafter")) curves.drafter_ms = series_from_json(json["drafter"], "drafter", source);
+  if (json.contains("drafter"))
+    curves.drafter_ms = series_from_json(json["drafter"], "drafter", source);
   if (!json["overhead"].is_number()) fail("{}: 'overhead' must be a number", source);
   curves.overhead_ms = json["overhead"].get<double>();
   const nlohmann::json& depth = json["verify_depth"];

@@ -24,7 +24,9 @@ double interpolate(const std::vector<double>& values, double x) {
 
 }  // namespace
 
-double CostCurves::verify(int width) const { return interpolate(verify_ms, std::max(width, 1)); }
+double CostCurves::verify(int width) const {
+  return interpolate(verify_ms, std::max(width, 1));
+}
 
 double CostCurves::drafter(int cap) const {
   if (cap <= 0 || drafter_ms.empty()) return 0.0;
@@ -42,8 +44,8 @@ double CostCurves::depth(int width, int64_t context) const {
       if (width <= slope_widths[i]) {
         const double span = slope_widths[i] - slope_widths[i - 1];
         const double t = span > 0 ? (width - slope_widths[i - 1]) / span : 1.0;
-        slope = slope_ms_per_token[i - 1] + std::clamp(t, 0.0, 1.0) *
-                                                (slope_ms_per_token[i] - slope_ms_per_token[i - 1]);
+        slope = slope_ms_per_token[i - 1] +
+                std::clamp(t, 0.0, 1.0) * (slope_ms_per_token[i] - slope_ms_per_token[i - 1]);
         break;
       }
     }
@@ -229,7 +231,8 @@ CapPolicyFactory make_cap_policy_factory(CostCurves curves, int max_cap, bool al
     }
     if (options.max_draft) return std::make_unique<FixedCap>(*options.max_draft);
     constexpr int kUncalibratedCap = 2;
-    return std::make_unique<FixedCap>(curves.empty() ? kUncalibratedCap : derive_cap(curves, max_cap));
+    return std::make_unique<FixedCap>(curves.empty() ? kUncalibratedCap
+                                                     : derive_cap(curves, max_cap));
   };
 }
 

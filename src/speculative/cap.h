@@ -14,9 +14,9 @@ namespace dspark {
 // Measured costs in milliseconds (calibration.h fills them). Widths and caps between or beyond
 // the measured points are priced piecewise-linearly, extrapolating the last segment's slope.
 struct CostCurves {
-  std::vector<double> verify_ms;   // [w - 1]: one tapped target forward of width w = 1, 2, ...
-  std::vector<double> drafter_ms;  // [C - 1]: drafting C tokens; empty = free (lookup drafts)
-  double overhead_ms = 0.0;        // per round, beyond drafting and verifying
+  std::vector<double> verify_ms;    // [w - 1]: one tapped target forward of width w = 1, 2, ...
+  std::vector<double> drafter_ms;   // [C - 1]: drafting C tokens; empty = free (lookup drafts)
+  double overhead_ms = 0.0;         // per round, beyond drafting and verifying
   int64_t reference_context = 512;  // context depth the curves were measured at
   // Extra verify milliseconds per context token beyond reference_context, at a few widths.
   std::vector<int> slope_widths;
@@ -110,9 +110,9 @@ class AutoCapController : public CapPolicy {
   double p_;
   int64_t observations_ = 0;
   int64_t context_ = 0;
-  int64_t round_ = 0;            // rounds the loop asked a cap for
-  int64_t parked_rounds_ = 0;    // plain steps since parking or the last probe
-  double correction_ = 1.0;      // observed / modelled rate, for caps without observations
+  int64_t round_ = 0;              // rounds the loop asked a cap for
+  int64_t parked_rounds_ = 0;      // plain steps since parking or the last probe
+  double correction_ = 1.0;        // observed / modelled rate, for caps without observations
   std::vector<CapTiming> timing_;  // [cap], cap 1..max_cap
 };
 

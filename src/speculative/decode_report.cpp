@@ -28,7 +28,8 @@ std::vector<double> slot_acceptance(const SpeculativeStats& stats) {
 
 std::string format_decode_stats(const DecodeStats& decode, const GenerationStats& generation) {
   std::string text = fmt::format("Prompt: {} tokens", generation.prompt_tokens);
-  if (generation.cached_prompt_tokens > 0) text += fmt::format(" ({} cached)", generation.cached_prompt_tokens);
+  if (generation.cached_prompt_tokens > 0)
+    text += fmt::format(" ({} cached)", generation.cached_prompt_tokens);
   text += fmt::format(", {:.1f} tokens-per-sec\n", generation.prefill_tokens_per_second());
   text += fmt::format("Generation: {} tokens, {:.1f} tokens-per-sec ({:.1f} end to end)\n",
                       generation.generated_tokens, generation.decode_tokens_per_second(),
@@ -36,7 +37,8 @@ std::string format_decode_stats(const DecodeStats& decode, const GenerationStats
   if (decode.mode != DecodeMode::baseline) {
     const SpeculativeStats& spec = decode.speculative;
     text += fmt::format(
-        "Speculative: {}, cap {}, {} rounds + {} plain steps, {:.2f} tokens/round, {:.0f}% of drafts "
+        "Speculative: {}, cap {}, {} rounds + {} plain steps, {:.2f} tokens/round, {:.0f}% of "
+        "drafts "
         "accepted\n",
         decode_mode_name(decode.mode), decode.cap, spec.rounds, spec.plain_steps,
         tokens_per_round(decode, generation), 100.0 * spec.acceptance_rate());
@@ -45,7 +47,8 @@ std::string format_decode_stats(const DecodeStats& decode, const GenerationStats
       text += "Acceptance by slot:";
       // Long lookup drafts reach 32 slots; the first ones carry the story.
       constexpr size_t kSlotsShown = 12;
-      for (size_t i = 0; i < std::min(shares.size(), kSlotsShown); ++i) text += fmt::format(" {:.2f}", shares[i]);
+      for (size_t i = 0; i < std::min(shares.size(), kSlotsShown); ++i)
+        text += fmt::format(" {:.2f}", shares[i]);
       if (shares.size() > kSlotsShown) text += " ...";
       text += "\n";
     }

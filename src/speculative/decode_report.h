@@ -20,9 +20,8 @@ std::vector<double> slot_acceptance(const SpeculativeStats& stats);
 // Lines without a trailing newline:
 //   Prompt: 27 tokens, 310.2 tokens-per-sec
 //   Generation: 200 tokens, 41.3 tokens-per-sec (44.0 end to end)
-//   Speculative: lookup, cap 6, 61 rounds + 20 plain steps, 2.46 tokens/round, 58% of drafts accepted
-//   Acceptance by slot: 0.80 0.66 0.52 ...
-//   Peak memory: 0.412 GB
+//   Speculative: lookup, cap 6, 61 rounds + 20 plain steps, 2.46 tokens/round, 58% of drafts
+//   accepted Acceptance by slot: 0.80 0.66 0.52 ... Peak memory: 0.412 GB
 std::string format_decode_stats(const DecodeStats& decode, const GenerationStats& generation);
 
 nlohmann::json decode_stats_json(const DecodeStats& decode, const GenerationStats& generation);

@@ -1,0 +1,105 @@
+// Calibration on a tiny hybrid (Mamba + attention + MoE) model: every cost is measured, the
+// recurrent state survives the roll-backs between iterations, results are cached per key and read
+// back unchanged, and a damaged cache entry is refused by name.
+#include "speculative/calibration.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "base/error.h"
+#include "spec_models.h"
+#include "speculative/lookup.h"
+
+namespace dspark {
+namespace {
+
+class Calibrate : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    testing::fill_nemotron(checkpoint_, "M*EM-");
+    checkpoint_.config["max_position_embeddings"] = 2048;
+    model_ = load_model(checkpoint_.write());
+    cache_ = (std::filesystem::temp_directory_path() /
+              ("dspark_calibration_" + std::to_string(getpid()) + ".json"))
+                 .string();
+    std::filesystem::remove(cache_);
+    options_.cache_path = cache_;
+    options_.target_name = "tiny";
+    options_.context = 128;
+    options_.deep_context = 1024;
+    options_.warmups = 1;
+    options_.iterations = 3;
+  }
+  void TearDown() override { std::filesystem::remove(cache_); }
+
+  testing::TinyCheckpoint checkpoint_{11};
+  std::unique_ptr<Model> model_;
+  std::string cache_;
+  CalibrationOptions options_;
+};
+
+TEST_F(Calibrate, MeasuresEveryCostAndCachesIt) {
+  const DrafterFactory lookup = [] { return std::make_unique<LookupDrafter>(); };
+  options_.mode = "dspark";
+  options_.drafter_name = "lookup-as-drafter";
+  const Calibration first = calibrate(*model_, lookup, options_);
+  EXPECT_FALSE(first.from_cache);
+  ASSERT_EQ(first.curves.verify_ms.size(), 8u);
+  for (double ms : first.curves.verify_ms) EXPECT_GT(ms, 0.0);
+  ASSERT_EQ(first.curves.drafter_ms.size(), 7u);
+  for (double ms : first.curves.drafter_ms) EXPECT_GT(ms, 0.0);
+  EXPECT_GE(first.curves.overhead_ms, 0.0);
+  EXPECT_EQ(first.curves.slope_widths, (std::vector<int>{1, 4, 8}));
+  EXPECT_EQ(first.curves.reference_context, 128);
+  EXPECT_NE(first.key.find("lookup-as-drafter"), std::string::npos);
+
+  const Calibration second = calibrate(*model_, lookup, options_);
+  EXPECT_TRUE(second.from_cache);
+  EXPECT_EQ(second.key, first.key);
+  EXPECT_EQ(second.curves.verify_ms, first.curves.verify_ms);
+  EXPECT_EQ(second.curves.drafter_ms, first.curves.drafter_ms);
+  EXPECT_EQ(second.curves.slope_ms_per_token, first.curves.slope_ms_per_token);
+
+  // Another mode is another key: measured again, and both stay in the file.
+  CalibrationOptions lookup_mode = options_;
+  lookup_mode.mode = "lookup";
+  lookup_mode.drafter_name.clear();
+  const Calibration other = calibrate(*model_, DrafterFactory{}, lookup_mode);
+  EXPECT_FALSE(other.from_cache);
+  EXPECT_TRUE(other.curves.drafter_ms.empty());
+  std::ifstream in(cache_);
+  const nlohmann::json cache = nlohmann::json::parse(in);
+  EXPECT_TRUE(cache.contains(first.key));
+  EXPECT_TRUE(cache.contains(other.key));
+}
+
+TEST(CostCurvesJson, RoundTripsAndRefusesDamage) {
+  CostCurves curves;
+  curves.verify_ms = {10, 11.5, 13};
+  curves.drafter_ms = {1, 2};
+  curves.overhead_ms = 0.25;
+  curves.slope_widths = {1, 3};
+  curves.slope_ms_per_token = {0.001, 0.003};
+  const CostCurves back = cost_curves_from_json(cost_curves_json(curves), "test");
+  EXPECT_EQ(back.verify_ms, curves.verify_ms);
+  EXPECT_EQ(back.drafter_ms, curves.drafter_ms);
+  EXPECT_EQ(back.overhead_ms, curves.overhead_ms);
+  EXPECT_EQ(back.slope_widths, curves.slope_widths);
+  EXPECT_EQ(back.slope_ms_per_token, curves.slope_ms_per_token);
+
+  nlohmann::json damaged = cost_curves_json(curves);
+  damaged["verify"]["7"] = 3.0;
+  try {
+    cost_curves_from_json(damaged, "cache.json [key]");
+    FAIL() << "a verify width past the series was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cache.json [key]"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("verify"), std::string::npos);
+  }
+  EXPECT_THROW(cost_curves_from_json(nlohmann::json::object(), "x"), Error);
+}
+
+}  // namespace
+}  // namespace dspark
