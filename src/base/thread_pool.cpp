@@ -83,7 +83,9 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
 }
 
 void ThreadPool::worker_loop(int index) {
-  uint64_t seen = generation_.load(std::memory_order_acquire);
+  // Generations count from 0 at construction; starting from 0 (not from a fresh load) means a
+  // worker that starts late still sees every loop and the shutdown that happened before it ran.
+  uint64_t seen = 0;
   for (;;) {
     uint64_t current = generation_.load(std::memory_order_acquire);
     for (int spin = 0; current == seen && spin < kSpinBeforeSleep; ++spin) {
@@ -92,7 +94,10 @@ void ThreadPool::worker_loop(int index) {
     }
     if (current == seen) {
       std::unique_lock<std::mutex> lock(sleep_mutex_);
-      wake_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+      wake_.wait(lock, [&] {
+        return generation_.load(std::memory_order_acquire) != seen ||
+               stopping_.load(std::memory_order_acquire);
+      });
       current = generation_.load(std::memory_order_acquire);
     }
     seen = current;

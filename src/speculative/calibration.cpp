@@ -286,6 +286,20 @@ Calibration calibrate(const Model& target, const DrafterFactory& drafter,
   return result;
 }
 
+CapPolicyFactory calibrated_cap_policy(const Model& target, const DrafterFactory& drafter,
+                                       const CalibrationOptions& options, int max_cap,
+                                       bool allow_parking, std::string* error) {
+  CalibrationOptions sized = options;
+  sized.max_width = std::max(max_cap + 1, 3);
+  CostCurves curves;
+  try {
+    curves = calibrate(target, drafter, sized).curves;
+  } catch (const Error& e) {
+    if (error != nullptr) *error = e.what();
+  }
+  return make_cap_policy_factory(std::move(curves), max_cap, allow_parking);
+}
+
 nlohmann::json cost_curves_json(const CostCurves& curves) {
   nlohmann::json out;
   out["verify"] = series_json(curves.verify_ms);

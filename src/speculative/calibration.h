@@ -52,6 +52,13 @@ std::string calibration_key(const Model& target, const CalibrationOptions& optio
 Calibration calibrate(const Model& target, const DrafterFactory& drafter,
                       const CalibrationOptions& options);
 
+// The cap policy of a dspark / dflash generation (DecodeSetup::cap_policy): calibrates with the
+// drafter (or reads the cache), then make_cap_policy_factory over the measured curves. When
+// calibration fails, `error` (if given) receives why and the caps fall back to 2 (§16.3).
+CapPolicyFactory calibrated_cap_policy(const Model& target, const DrafterFactory& drafter,
+                                       const CalibrationOptions& options, int max_cap,
+                                       bool allow_parking, std::string* error = nullptr);
+
 nlohmann::json cost_curves_json(const CostCurves& curves);
 // Throws naming `source` when a field is missing or malformed.
 CostCurves cost_curves_from_json(const nlohmann::json& json, const std::string& source);

@@ -224,15 +224,16 @@ void AutoCapController::on_round(int cap_used, int accepted, double seconds, int
 CapPolicyFactory make_cap_policy_factory(CostCurves curves, int max_cap, bool allow_parking) {
   return [curves = std::move(curves), max_cap,
           allow_parking](const DecodeOptions& options) -> std::unique_ptr<CapPolicy> {
+    constexpr int kUncalibratedCap = 2;
+    if (options.max_draft && !options.auto_cap)
+      return std::make_unique<FixedCap>(*options.max_draft);
+    if (curves.empty()) return std::make_unique<FixedCap>(kUncalibratedCap);
     if (options.auto_cap) {
       AutoCapController::Params params;
       params.allow_parking = allow_parking;
       return std::make_unique<AutoCapController>(curves, max_cap, params);
     }
-    if (options.max_draft) return std::make_unique<FixedCap>(*options.max_draft);
-    constexpr int kUncalibratedCap = 2;
-    return std::make_unique<FixedCap>(curves.empty() ? kUncalibratedCap
-                                                     : derive_cap(curves, max_cap));
+    return std::make_unique<FixedCap>(derive_cap(curves, max_cap));
   };
 }
 

@@ -117,7 +117,8 @@ class AutoCapController : public CapPolicy {
 };
 
 // The cap policy of dspark / dflash generations: --max-draft auto gets a fresh controller, a
-// pinned --max-draft a fixed cap, otherwise the derived cap of `curves` (2 when they are empty).
+// pinned --max-draft a fixed cap, otherwise the derived cap of `curves`. Without curves
+// (calibration failed) both auto and derived fall back to a fixed cap of 2.
 CapPolicyFactory make_cap_policy_factory(CostCurves curves, int max_cap, bool allow_parking);
 
 }  // namespace dspark

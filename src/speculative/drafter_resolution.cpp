@@ -52,7 +52,9 @@ bool is_model_dir(const fs::path& dir) {
   return fs::is_directory(dir, error) && fs::is_regular_file(dir / "config.json", error);
 }
 
-const char* marker_of(DecodeMode mode) { return mode == DecodeMode::dflash ? "DFlash" : "DSpark"; }
+const char* marker_of(DecodeMode mode) {
+  return mode == DecodeMode::dflash ? "DFlash" : "DSpark";
+}
 
 // Directories in `parent` named "<stem>-<marker>" or "<stem>-<marker>-...", case-insensitively.
 std::vector<std::string> named_drafters(const fs::path& parent, const std::string& stem,
@@ -113,7 +115,8 @@ std::optional<std::string> cached_companion(const DrafterCliOptions& options, De
   return std::nullopt;
 }
 
-DrafterChoice from_given_drafter(const DrafterCliOptions& options, std::optional<DecodeMode> asked) {
+DrafterChoice from_given_drafter(const DrafterCliOptions& options,
+                                 std::optional<DecodeMode> asked) {
   std::string dir;
   std::string where;
   if (is_model_dir(options.drafter)) {
@@ -137,9 +140,8 @@ DrafterChoice from_given_drafter(const DrafterCliOptions& options, std::optional
   }
   const DecodeMode family = drafter_family(dir);
   if (asked && *asked != family) {
-    fail("--mode {} needs a {} drafter, but --drafter {} is a {} drafter",
-         decode_mode_name(*asked), decode_mode_name(*asked), options.drafter,
-         decode_mode_name(family));
+    fail("--mode {} needs a {} drafter, but --drafter {} is a {} drafter", decode_mode_name(*asked),
+         decode_mode_name(*asked), options.drafter, decode_mode_name(family));
   }
   return {family, dir, "--drafter " + where};
 }
@@ -149,12 +151,14 @@ std::optional<DrafterChoice> find_drafter(const DrafterCliOptions& options, Deco
                                           const DrafterRegistryRow* row,
                                           std::vector<std::string>& unavailable) {
   if (auto dir = discover_by_name(options, mode)) {
-    return DrafterChoice{mode, *dir, fmt::format("{} drafter {} found beside the model",
-                                                 decode_mode_name(mode), *dir)};
+    return DrafterChoice{
+        mode, *dir,
+        fmt::format("{} drafter {} found beside the model", decode_mode_name(mode), *dir)};
   }
   if (auto dir = cached_companion(options, mode)) {
-    return DrafterChoice{mode, *dir, fmt::format("{} drafter {} found in the hub cache",
-                                                 decode_mode_name(mode), *dir)};
+    return DrafterChoice{
+        mode, *dir,
+        fmt::format("{} drafter {} found in the hub cache", decode_mode_name(mode), *dir)};
   }
   if (row == nullptr) return std::nullopt;
   const std::string& id = mode == DecodeMode::dflash ? row->dflash : row->dspark;
@@ -186,7 +190,9 @@ const std::vector<DrafterRegistryRow>& drafter_registry() {
       {"qwen3-8b", "deepseek-ai/dspark_qwen3_8b_block7", "z-lab/Qwen3-8B-DFlash-b16", {}},
       {"qwen3-14b", "deepseek-ai/dspark_qwen3_14b_block7", "", {}},
       {"nvidia-nemotron-3.5-lightning-30b-a3b",
-       "mlx-community/NVIDIA-Nemotron-3.5-Lightning-30B-A3B-DSpark-bf16", "", {}},
+       "mlx-community/NVIDIA-Nemotron-3.5-Lightning-30B-A3B-DSpark-bf16",
+       "",
+       {}},
       {"llama-3.1-8b-instruct", "", "z-lab/LLaMA3.1-8B-Instruct-DFlash-UltraChat", {}},
   };
   return rows;
@@ -224,7 +230,8 @@ DecodeMode drafter_family(const std::string& directory) {
 DrafterChoice resolve_drafter(const DrafterCliOptions& options) {
   const std::string mode = lowercase(options.mode);
   if (mode == "baseline" || mode == "lookup") {
-    if (!options.drafter.empty()) fail("--drafter needs --mode auto, dspark or dflash, not {}", mode);
+    if (!options.drafter.empty())
+      fail("--drafter needs --mode auto, dspark or dflash, not {}", mode);
     return {parse_decode_mode(mode), "", "--mode " + mode};
   }
   const std::string model = model_display(options);
@@ -237,9 +244,10 @@ DrafterChoice resolve_drafter(const DrafterCliOptions& options) {
     const DecodeMode asked = parse_decode_mode(mode);
     if (!options.drafter.empty()) return from_given_drafter(options, asked);
     if (auto found = find_drafter(options, asked, row, unavailable)) return *found;
-    fail("no built-in {} drafter is registered for {}{}; pass --drafter <directory or hub repo id> "
-         "or use --mode auto/lookup",
-         mode, model, unavailable_note(unavailable));
+    fail(
+        "no built-in {} drafter is registered for {}{}; pass --drafter <directory or hub repo id> "
+        "or use --mode auto/lookup",
+        mode, model, unavailable_note(unavailable));
   }
   if (mode != "auto") {
     fail("--mode must be auto, dspark, dflash, lookup or baseline, not '{}'", options.mode);

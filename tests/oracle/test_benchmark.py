@@ -1,6 +1,7 @@
-"""`dspark benchmark` end to end on a tiny nemotron_h: the JSON's aggregates are recomputed from its
-per-trial records, speculative output equals plain output, the calibration is cached and reused, the
-SVG chart parses as XML with one dashed (plain) and one solid line per suite, and
+"""`dspark benchmark` end to end on a tiny nemotron_h with a (random) DSpark drafter beside it: the
+JSON's aggregates are recomputed from its per-trial records, every speculative row's output equals
+plain output, the calibrations (target alone, and with the drafter) are cached and reused, the SVG
+chart parses as XML with one dashed (plain) and one solid line per speculative row and suite, and
 scripts/benchmark_table.py turns the JSON into a Markdown table."""
 
 import json
@@ -34,7 +35,8 @@ def run_benchmark(model, tmp_path, cache_home, extra):
         pytest.fail(f"{dspark} is not built")
     env = dict(os.environ, XDG_CACHE_HOME=str(cache_home))
     command = [
-        str(dspark), "benchmark", "--model", str(model), "--modes", "lookup", "--trials", "2",
+        str(dspark), "benchmark", "--model", str(model), "--modes", "dspark,lookup", "--caps", "2,auto",
+        "--trials", "2",
         "--max-new-tokens", "24", "--prompts-per-suite", "2", "--threads", "2",
         "--prompts", str(SOURCE_DIR / "bench" / "prompts"),
     ] + extra
@@ -55,10 +57,14 @@ def test_json_aggregates_follow_the_trials(benchmark_run):
     tmp, _, _, _ = benchmark_run
     result = json.loads((tmp / "out.json").read_text())
     assert result["suites"] == ["chat", "code", "math"]
-    assert [run["run"] for run in result["runs"]] == ["baseline", "lookup"]
-    plain, lookup = result["runs"]
+    assert [run["run"] for run in result["runs"]] == ["baseline", "dspark cap=2", "dspark cap=auto", "lookup"]
+    plain, pinned, auto, lookup = result["runs"]
     assert plain["accept"] == 1.0 and plain["speedup"] == 1.0
-    assert lookup["matches_plain"] is True
+    assert all(run["matches_plain"] is True for run in result["runs"])
+    assert pinned["cap"] == 2 and pinned["drafted"] > 0
+    assert auto["cap"] == 2 and auto["cap_choice"] == "auto"
+    assert result["skipped"] == []
+    assert result["drafter"].endswith("nemotron-h-tiny-DSpark")
     for run in result["runs"]:
         assert len(run["prompts"]) == 6
         suite_speedups = []
@@ -88,6 +94,11 @@ def test_json_aggregates_follow_the_trials(benchmark_run):
     assert sorted(int(w) for w in calibration["verify"]) == list(range(1, 9))
     assert all(ms > 0 for ms in calibration["verify"].values())
     assert 1 <= calibration["derived_cap"] <= 7
+    assert "drafter" not in calibration
+    with_drafter = result["drafter_calibrations"]["dspark"]
+    assert sorted(int(c) for c in with_drafter["drafter"]) == list(range(1, 8))
+    assert all(ms > 0 for ms in with_drafter["drafter"].values())
+    assert "nemotron-h-tiny-DSpark" in with_drafter["key"]
 
 
 def test_calibration_is_cached_and_reused(benchmark_run):
@@ -95,6 +106,7 @@ def test_calibration_is_cached_and_reused(benchmark_run):
     cache = json.loads((cache_home / "dspark" / "calibration.json").read_text())
     key = json.loads((tmp / "out.json").read_text())["calibration"]["key"]
     assert key in cache and "nemotron-h-tiny" in key
+    assert json.loads((tmp / "out.json").read_text())["drafter_calibrations"]["dspark"]["key"] in cache
     assert "measured in" in first.stderr
     assert "cached" in second.stderr
     again = json.loads((tmp / "again.json").read_text())
@@ -108,7 +120,7 @@ def test_svg_chart_is_well_formed(benchmark_run):
     assert root.tag == SVG + "svg"
     lines = root.findall(SVG + "polyline")
     dashed = [line for line in lines if line.get("stroke-dasharray")]
-    assert len(lines) == 6 and len(dashed) == 3
+    assert len(lines) == 12 and len(dashed) == 3
     for line in lines:
         points = [tuple(map(float, p.split(","))) for p in line.get("points").split()]
         assert len(points) == 2
@@ -123,6 +135,7 @@ def test_markdown_table_from_the_json(benchmark_run):
         check=True, capture_output=True, text=True,
     ).stdout
     rows = [line for line in table.splitlines() if line.startswith("| nemotron-h-tiny")]
-    assert len(rows) == 2
-    assert "| lookup |" in rows[1] and "| yes |" in rows[1]
+    assert len(rows) == 4
+    assert "| dspark cap=auto | 2 (auto) |" in rows[2]
+    assert "| lookup |" in rows[3] and all("| yes |" in row for row in rows[1:])
     assert "Roofline" in table

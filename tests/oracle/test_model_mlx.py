@@ -104,7 +104,10 @@ def run_tool(checkpoint, steps, work):
     script = work / "script.json"
     script.write_text(json.dumps({"steps": steps}))
     result = subprocess.run(
-        [str(TOOL), str(checkpoint), str(script), str(work)], capture_output=True, text=True
+        [str(TOOL), str(checkpoint), str(script), str(work)],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr
     outputs = {}

@@ -196,9 +196,17 @@ def test_prefix_cache_reuses_the_first_turn_and_matches_no_cache(smollm2, server
         fresh.stop()
 
 
+def rss_bytes(pid):
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS in /proc/{pid}/status")
+
+
 def test_concurrent_clients_with_disconnects(server):
     expected = oa(server).chat.completions.create(model="m", messages=QUESTION, max_tokens=8,
                                                   temperature=0).choices[0].message.content
+    rss_before = rss_bytes(server.proc.pid)
     errors = []
 
     def client(seed):
@@ -229,5 +237,9 @@ def test_concurrent_clients_with_disconnects(server):
     metrics = server.get("/metrics")
     assert "dspark_requests_waiting 0" in metrics
     assert "dspark_requests_running 0" in metrics
+    # 128 requests must not leave their states, buffers or threads behind; the margin covers the
+    # HTTP threads' stacks and allocator arenas touched for the first time.
+    rss_after = rss_bytes(server.proc.pid)
+    assert rss_after - rss_before < 96 * 2**20 + rss_before // 4, (rss_before, rss_after)
     assert oa(server).chat.completions.create(model="m", messages=QUESTION, max_tokens=8,
                                               temperature=0).choices[0].message.content == expected

@@ -75,6 +75,28 @@ TEST_F(Calibrate, MeasuresEveryCostAndCachesIt) {
   EXPECT_TRUE(cache.contains(other.key));
 }
 
+TEST_F(Calibrate, CapPolicyUsesTheMeasuredCurvesOrFallsBackToTwo) {
+  std::string error;
+  const CapPolicyFactory policy =
+      calibrated_cap_policy(*model_, DrafterFactory{}, options_, 7, true, &error);
+  EXPECT_EQ(error, "");
+  CalibrationOptions sized = options_;
+  sized.max_width = 8;
+  const Calibration cached = calibrate(*model_, DrafterFactory{}, sized);
+  EXPECT_TRUE(cached.from_cache);
+  EXPECT_EQ(policy(DecodeOptions{})->cap_for_round(), derive_cap(cached.curves, 7));
+
+  CalibrationOptions too_long = options_;
+  too_long.context = 4096;  // beyond the model's 2048 positions
+  const CapPolicyFactory fallback =
+      calibrated_cap_policy(*model_, DrafterFactory{}, too_long, 7, true, &error);
+  EXPECT_NE(error.find("context"), std::string::npos);
+  DecodeOptions automatic;
+  automatic.auto_cap = true;
+  EXPECT_EQ(fallback(DecodeOptions{})->cap_for_round(), 2);
+  EXPECT_EQ(fallback(automatic)->cap_for_round(), 2);
+}
+
 TEST(CostCurvesJson, RoundTripsAndRefusesDamage) {
   CostCurves curves;
   curves.verify_ms = {10, 11.5, 13};
