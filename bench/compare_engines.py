@@ -28,16 +28,23 @@ def dspark_run(binary, model_dir, threads, new_tokens):
     return int(prompt[1]), float(prompt[2]), float(gen[2])
 
 
+def llama_cpp_next(llm):
+    """Greedy next token from the last evaluated row's logits."""
+    import numpy as np
+
+    return int(np.ctypeslib.as_array(llm._ctx.get_logits_ith(-1), shape=(llm.n_vocab(),)).argmax())
+
+
 def llama_cpp_run(llm, tokens, new_tokens):
     llm.reset()
     start = time.perf_counter()
     llm.eval(tokens)
     prefill = time.perf_counter() - start
     start = time.perf_counter()
-    token = int(max(range(llm.n_vocab()), key=lambda i: llm.scores[llm.n_tokens - 1][i]))
+    token = llama_cpp_next(llm)
     for _ in range(new_tokens - 1):
         llm.eval([token])
-        token = int(llm.scores[llm.n_tokens - 1].argmax())
+        token = llama_cpp_next(llm)
     decode = time.perf_counter() - start
     return len(tokens) / prefill, (new_tokens - 1) / decode
 

@@ -9,8 +9,10 @@
 //   python scripts/make_synthetic_nano.py /tmp/dspark_synthetic_nano
 //   DSPARK_SYNTHETIC_NANO=/tmp/dspark_synthetic_nano drafter_bench
 //
-// Counters: ms (per call), and for verify ms_52L: the 8-layer forward scaled to Nano's 52 layers
-// (non-layer time plus 23 / 23 / 6 times the mean of each layer kind).
+// Time is per call (real time). Verify counters: ms (the forward alone, without the state
+// restore) and ms_52L: that forward scaled to Nano's 52 layers (non-layer time plus 23 / 23 / 6
+// times the mean of each layer kind). BM_DrafterLmHead and BM_MarkovStep split the drafter's
+// block cost.
 #include <benchmark/benchmark.h>
 
 #include <chrono>
@@ -205,11 +207,36 @@ void BM_DrafterBlock(benchmark::State& state) {
   }
   state.counters["drafts"] = static_cast<double>(drafts);
   state.counters["block_rows"] = static_cast<double>(s->head->block_width(cap));
-  state.counters["ms"] =
-      benchmark::Counter(1e3 * static_cast<double>(state.iterations()),
-                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 BENCHMARK(BM_DrafterBlock)->DenseRange(1, kBlock - 1)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The parts of a block whose cost grows with the cap: the target's raw lm_head on `rows` drafter
+// rows, and one step of the Markov chain (W1 gather + the [vocab, rank] W2 product).
+void BM_DrafterLmHead(benchmark::State& state) {
+  Setup* s = setup(state);
+  if (s == nullptr) return;
+  const int64_t rows = state.range(0);
+  std::vector<float> hidden(rows * kHidden, 0.01f), logits(rows * kVocab);
+  for (auto _ : state) {
+    s->head->base_logits(hidden.data(), rows, logits.data());
+    benchmark::DoNotOptimize(logits.data());
+  }
+}
+BENCHMARK(BM_DrafterLmHead)->Arg(1)->Arg(4)->Arg(7)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_MarkovStep(benchmark::State& state) {
+  Setup* s = setup(state);
+  if (s == nullptr) return;
+  std::vector<float> embedding(kRank), bias(kVocab);
+  int32_t token = 17;
+  for (auto _ : state) {
+    s->head->markov_embedding(token, embedding.data());
+    s->head->markov_bias(embedding.data(), bias.data());
+    token = (token + 1) % static_cast<int32_t>(kVocab);
+    benchmark::DoNotOptimize(bias.data());
+  }
+}
+BENCHMARK(BM_MarkovStep)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_TargetVerify(benchmark::State& state) {
   Setup* s = setup(state);

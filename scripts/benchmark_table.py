@@ -18,6 +18,16 @@ def fmt_speedups(run, suites):
     return f"{run['speedup']:.2f}× ({per_suite})"
 
 
+def cap_label(run):
+    if run["mode"] == "baseline":
+        return "–"
+    if run["cap_choice"] == "auto":
+        return f"auto (from {run['cap']})"
+    if run["cap_choice"] == "derived":
+        return f"{run['cap']} (derived)"
+    return str(run["cap"])
+
+
 def table(results):
     suites = results[0]["suites"]
     lines = [
@@ -32,7 +42,7 @@ def table(results):
         for run in result["runs"]:
             plain = run["mode"] == "baseline"
             slots = " ".join(f"{a:.2f}" for a in run["slot_acceptance"][:4]) or "–"
-            cap = "–" if plain else f"{run['cap']}" + (f" ({run['cap_choice']})" if run["cap_choice"] else "")
+            cap = cap_label(run)
             lines.append(
                 f"| {result['target']}<sup>{index}</sup> | {run['run']} | {cap} | {run['tok_s']:.1f} "
                 f"| {run['decode_tok_s']:.1f} | {'1.00×' if plain else fmt_speedups(run, suites)} "
@@ -47,9 +57,17 @@ def table(results):
             f"{result['max_new_tokens']} tokens per prompt, dspark {result['dspark']}. Roofline: "
             f"{roof['bytes_per_token'] / 1e6:.1f} MB per token / {roof['bandwidth_all_gbs']:.1f} GB/s measured "
             f"= {roof['ceiling_tok_s']:.0f} tok/s (plain decode at {100 * plain_decode / roof['ceiling_tok_s']:.0f} %). "
-            f"Derived cap {cal['derived_cap']} (verify ms by width: "
-            + ", ".join(f"{w}: {ms:.1f}" for w, ms in cal["verify"].items())
-            + ")."
+            f"Derived cap {cal['derived_cap']} for the target alone (verify ms by width: "
+            + ", ".join(f"{w}: {ms:.3g}" for w, ms in cal["verify"].items())
+            + ")"
+            + "".join(
+                f"; {mode} with its drafter: derived cap {c['derived_cap']} (drafter ms by cap: "
+                + ", ".join(f"{n}: {ms:.3g}" for n, ms in c.get("drafter", {}).items())
+                + ")"
+                for mode, c in result.get("drafter_calibrations", {}).items()
+            )
+            + "."
+            + "".join(f" {s['mode']}: skipped ({s['reason']})." for s in result.get("skipped", []))
         )
     return "\n".join(lines) + "\n\n" + "\n\n".join(notes) + "\n"
 

@@ -346,6 +346,10 @@ std::string report_svg(const BenchmarkReport& report) {
       "(median of {} trials)</text>\n",
       kTop + kPanelHeight / 2, kTop + kPanelHeight / 2, report.trials);
 
+  std::string drafter_caps;
+  for (const auto& entry : report.drafter_calibrations) {
+    drafter_caps += fmt::format(", {} with its drafter {}", entry.derived_cap, entry.mode);
+  }
   const Roofline& roofline = report.roofline;
   const std::vector<std::string> caption = {
       fmt::format("{} · {} threads · {} · {} new tokens · dspark {}", report.device, report.threads,
@@ -358,10 +362,9 @@ std::string report_svg(const BenchmarkReport& report) {
                   report.arms.empty() || roofline.ceiling_tok_s() <= 0
                       ? 0.0
                       : 100.0 * report.arms[0].decode_tok_s() / roofline.ceiling_tok_s()),
-      fmt::format("derived cap {} (calibrated verify cost per width, prior p = {:.2f}); speed-ups "
-                  "are medians of "
-                  "ratios to plain decoding run side by side",
-                  report.derived_cap, kDerivedCapPrior)};
+      fmt::format("derived cap {} for the target alone{} (calibrated costs, prior p = {:.2f}); "
+                  "speed-ups are medians of ratios to plain decoding run side by side",
+                  report.derived_cap, drafter_caps, kDerivedCapPrior)};
   for (size_t i = 0; i < caption.size(); ++i) {
     svg += fmt::format("<text x=\"{}\" y=\"{:.1f}\" font-size=\"11\" fill=\"#333333\">{}</text>\n",
                        kLeft, kTop + kPanelHeight + 44 + 16.0 * i, xml_escape(caption[i]));

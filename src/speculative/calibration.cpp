@@ -260,7 +260,8 @@ Calibration calibrate(const Model& target, const DrafterFactory& drafter,
                       const CalibrationOptions& options) {
   if (options.max_width < 3)
     fail("calibration needs verify widths up to at least 3, not {}", options.max_width);
-  if (options.context + options.max_width + options.warmups + options.iterations >=
+  // The round and the width-1 timings each leave one token per run in the context.
+  if (options.context + options.max_width + 2 * (options.warmups + options.iterations) >=
       target.max_context()) {
     fail("calibration needs a {}-token context; the model allows {}", options.context,
          target.max_context());

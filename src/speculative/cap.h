@@ -56,6 +56,10 @@ int derive_cap(const CostCurves& curves, int max_cap, const std::vector<double>&
 // The per-round controller (--max-draft auto, §16.4): a running-mean-then-EWMA estimate of the
 // per-slot acceptance p, per-cap timing, a re-pick every few rounds with hysteresis, and parking
 // at cap 0 (plain steps, with a cap-1 probe every probe_every rounds) when speculation loses.
+// Two readings of the spec's sketch, both forced by tests on synthetic streams: a cap's observed
+// rate is EWMA(committed) / EWMA(round time), not an EWMA of per-round ratios (which overstates
+// the cost of noisy rounds); and the global correction scales modelled round *times* only, so a
+// lucky acceptance streak cannot make every unobserved cap, parking included, look better.
 class AutoCapController : public CapPolicy {
  public:
   struct Params {

@@ -47,6 +47,13 @@ std::string without_quantization_suffix(std::string name) {
   return name;
 }
 
+// "org/name[@revision]": one inner '/', not a path such as /abs/dir or ./dir.
+bool looks_like_repo_id(const std::string& text) {
+  const size_t slash = text.find('/');
+  return slash != std::string::npos && slash > 0 && slash + 1 < text.size() &&
+         text.find('/', slash + 1) == std::string::npos && text[0] != '.' && text[0] != '~';
+}
+
 bool is_model_dir(const fs::path& dir) {
   std::error_code error;
   return fs::is_directory(dir, error) && fs::is_regular_file(dir / "config.json", error);
@@ -128,7 +135,7 @@ DrafterChoice from_given_drafter(const DrafterCliOptions& options,
       fail("--drafter {} is not a drafter directory (it has no config.json)", options.drafter);
     }
     std::optional<std::string> snapshot;
-    if (options.hub.find_repo && options.drafter.find('/') != std::string::npos) {
+    if (options.hub.find_repo && looks_like_repo_id(options.drafter)) {
       snapshot = options.hub.find_repo(options.drafter);
     }
     if (!snapshot) {

@@ -136,6 +136,7 @@ def test_markdown_table_from_the_json(benchmark_run):
     ).stdout
     rows = [line for line in table.splitlines() if line.startswith("| nemotron-h-tiny")]
     assert len(rows) == 4
-    assert "| dspark cap=auto | 2 (auto) |" in rows[2]
+    assert "| dspark cap=auto | auto (from 2) |" in rows[2]
+    assert "dspark with its drafter: derived cap" in table
     assert "| lookup |" in rows[3] and all("| yes |" in row for row in rows[1:])
     assert "Roofline" in table

@@ -141,12 +141,17 @@ TEST(DrafterResolution, GivenDrafterDirectoriesAndTheirFamily) {
   options.drafter = "org/Head-DSpark";
   const std::string snapshot = tree.dir("cache/snapshot", kDSparkConfig);
   options.hub.find_repo = [&](const std::string& id) -> std::optional<std::string> {
+    EXPECT_EQ(id.find(tree.path("").string()), std::string::npos) << "a path went to the hub";
     if (id == "org/Head-DSpark") return snapshot;
     return std::nullopt;
   };
   const DrafterChoice from_hub = resolve_drafter(options);
   EXPECT_EQ(from_hub.mode, DecodeMode::dspark);
   EXPECT_EQ(from_hub.drafter_dir, snapshot);
+  // Paths are never taken for repo ids.
+  options.drafter = tree.path("missing/head").string();
+  EXPECT_NE(expect_failure([&] { resolve_drafter(options); }).find("neither a drafter directory"),
+            std::string::npos);
   options.drafter = "org/Missing";
   EXPECT_NE(expect_failure([&] { resolve_drafter(options); }).find("org/Missing"),
             std::string::npos);
