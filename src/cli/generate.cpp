@@ -16,6 +16,7 @@
 #include "formats/model_store.h"
 #include "hub/resolve.h"
 #include "speculative/decode.h"
+#include "speculative/decode_report.h"
 #include "speculative/drafter_resolution.h"
 #include "text/chat_template.h"
 #include "text/detokenizer_stream.h"
@@ -161,19 +162,7 @@ void run_generate(const GenerateOptions& options) {
   fmt::print(stderr, "==========\n");
   fmt::print(stderr, "Model: {} ({}), loaded in {:.2f} s, {} threads\n", bundle->name,
              bundle->model->architecture(), load_seconds, default_pool().num_threads());
-  fmt::print(stderr, "Prompt: {} tokens, {:.1f} tokens-per-sec\n", stats.prompt_tokens,
-             stats.prefill_tokens_per_second());
-  fmt::print(stderr, "Generation: {} tokens, {:.1f} tokens-per-sec (finish: {})\n",
-             stats.generated_tokens, stats.decode_tokens_per_second(),
-             finish_reason_name(result.finish_reason));
-  if (decode_stats.mode != DecodeMode::baseline) {
-    const SpeculativeStats& spec = decode_stats.speculative;
-    fmt::print(stderr, "Speculative: mode {}, cap {}, {} rounds + {} plain steps, {:.2f} tokens/round, "
-               "{:.0f}% of drafts accepted\n",
-               decode_mode_name(decode_stats.mode), decode_stats.cap, spec.rounds, spec.plain_steps,
-               spec.tokens_per_round(stats.generated_tokens), 100.0 * spec.acceptance_rate());
-  }
-  fmt::print(stderr, "Peak memory: {:.3f} GB\n", stats.peak_rss_bytes / 1e9);
+  fmt::print(stderr, "{}\n", format_decode_stats(decode_stats, stats));
 }
 
 }  // namespace

@@ -26,18 +26,23 @@ double GenerationStats::decode_tokens_per_second() const {
   return decode_seconds > 0 && generated_tokens > 1 ? (generated_tokens - 1) / decode_seconds : 0.0;
 }
 
-GenerationResult Generator::generate(const std::vector<int32_t>& prompt, ModelState& state,
-                                     const GenerationConfig& config,
-                                     const TokenCallback& on_token) const {
+void check_prompt(const Model& model, const std::vector<int32_t>& prompt, const ModelState& state) {
   if (prompt.empty()) fail("the prompt is empty: at least one token is needed");
   if (state.length() >= static_cast<int64_t>(prompt.size())) {
     fail("the state already holds {} tokens of a {}-token prompt; at least one must be new",
          state.length(), prompt.size());
   }
-  const int64_t vocab = model_.vocab_size();
+  const int64_t vocab = model.vocab_size();
   for (int32_t id : prompt) {
     if (id < 0 || id >= vocab) fail("prompt token id {} is outside the vocabulary [0, {})", id, vocab);
   }
+}
+
+GenerationResult Generator::generate(const std::vector<int32_t>& prompt, ModelState& state,
+                                     const GenerationConfig& config,
+                                     const TokenCallback& on_token) const {
+  check_prompt(model_, prompt, state);
+  const int64_t vocab = model_.vocab_size();
   GenerationResult result;
   result.stats.prompt_tokens = static_cast<int64_t>(prompt.size());
   result.stats.cached_prompt_tokens = state.length();

@@ -51,6 +51,10 @@ struct GenerationResult {
 // Return false to end the generation after this token (e.g. a stop string completed).
 using TokenCallback = std::function<bool(const CommittedToken&)>;
 
+// Throws unless the prompt is non-empty, inside the vocabulary, and has at least one token more
+// than `state` already holds.
+void check_prompt(const Model& model, const std::vector<int32_t>& prompt, const ModelState& state);
+
 class Generator {
  public:
   explicit Generator(const Model& model) : model_(model) {}

@@ -85,6 +85,7 @@ class AutoCapController : public CapPolicy {
 
   // Context depth of the sequence (prompt + generated), for the depth term of the cost model.
   void set_context(int64_t tokens) { context_ = tokens; }
+  void on_context(int64_t tokens) override { set_context(tokens); }
 
   int current_cap() const { return cap_; }
   bool parked() const { return cap_ == 0; }

@@ -9,6 +9,7 @@
 #include <regex>
 
 #include "base/error.h"
+#include "speculative/calibration.h"
 #include "speculative/dflash.h"
 #include "speculative/drafter_loader.h"
 #include "speculative/dspark.h"
@@ -283,14 +284,32 @@ DecodeSetup decode_setup_from_options(const Model& target, DecodeOptions decode,
   DecodeSetup setup;
   setup.options = decode;
   const DrafterLoadOptions load{options.drafter_bits};
+  int max_cap = 0;
   if (choice.mode == DecodeMode::dspark) {
     auto head = std::make_shared<const DSparkHead>(choice.drafter_dir, target, load);
     setup.drafter = dspark_drafter_factory(head, options.confidence_threshold);
+    max_cap = head->max_drafts();
   } else if (choice.mode == DecodeMode::dflash) {
     auto head = std::make_shared<const DFlashHead>(choice.drafter_dir, target, load);
     setup.drafter = dflash_drafter_factory(head);
+    max_cap = head->max_drafts();
   }
   explanation = fmt::format("mode {}: {}", decode_mode_name(choice.mode), choice.reason);
+  if (setup.drafter && !decode.max_draft) {
+    // The cap comes from this machine's measured cost curves (cached per model, drafter and
+    // kernels), or the controller when --max-draft auto.
+    CalibrationOptions calibration;
+    calibration.mode = decode_mode_name(choice.mode);
+    calibration.target_name = std::filesystem::path(options.model_dir).filename().string();
+    calibration.drafter_name = std::filesystem::path(choice.drafter_dir).filename().string();
+    calibration.max_width = max_cap + 1;
+    std::string error;
+    setup.cap_policy = calibrated_cap_policy(target, setup.drafter, calibration, max_cap,
+                                             choice.mode == DecodeMode::dspark, &error);
+    explanation += error.empty()
+                       ? "; cap measured for this model+quant (override with --max-draft)"
+                       : "; calibration failed (" + error + "), cap 2";
+  }
   return setup;
 }
 

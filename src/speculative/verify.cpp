@@ -73,15 +73,8 @@ GenerationResult SpeculativeGenerator::generate(const std::vector<int32_t>& prom
                                                 ModelState& state, const GenerationConfig& config,
                                                 const TokenCallback& on_token) {
   stats_ = SpeculativeStats{};
-  if (prompt.empty()) fail("the prompt is empty: at least one token is needed");
-  if (state.length() >= static_cast<int64_t>(prompt.size())) {
-    fail("the state already holds {} tokens of a {}-token prompt; at least one must be new",
-         state.length(), prompt.size());
-  }
+  check_prompt(model_, prompt, state);
   const int64_t vocab = model_.vocab_size();
-  for (int32_t id : prompt) {
-    if (id < 0 || id >= vocab) fail("prompt token id {} is outside the vocabulary [0, {})", id, vocab);
-  }
   GenerationResult result;
   result.stats.prompt_tokens = static_cast<int64_t>(prompt.size());
   result.stats.cached_prompt_tokens = state.length();
@@ -157,6 +150,7 @@ GenerationResult SpeculativeGenerator::generate(const std::vector<int32_t>& prom
     }
     int cap_used = 0;
     if (budget > 0 && draft.tokens.empty()) {
+      caps_.on_context(static_cast<int64_t>(committed.size()));
       cap_used = static_cast<int>(std::min<int64_t>(caps_.cap_for_round(), budget));
       if (cap_used > 0) {
         DraftRequest request{committed, cap_used, sampling, rng};

@@ -47,6 +47,8 @@ class CapPolicy {
  public:
   virtual ~CapPolicy() = default;
   virtual int cap_for_round() = 0;
+  // The sequence now holds `tokens` committed tokens (the context depth the next round runs at).
+  virtual void on_context(int64_t tokens) { (void)tokens; }
   // A drafter (not lookup) round ended: `cap_used` drafts offered, `accepted` taken.
   virtual void on_round(int cap_used, int accepted, double seconds, int committed) {
     (void)cap_used, (void)accepted, (void)seconds, (void)committed;
