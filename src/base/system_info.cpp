@@ -68,10 +68,18 @@ const CpuFeatures& cpu_features() {
   return features;
 }
 
-int64_t peak_rss_bytes() { return read_kib_field("/proc/self/status", "VmHWM:"); }
-int64_t current_rss_bytes() { return read_kib_field("/proc/self/status", "VmRSS:"); }
-int64_t total_memory_bytes() { return read_kib_field("/proc/meminfo", "MemTotal:"); }
-int64_t available_memory_bytes() { return read_kib_field("/proc/meminfo", "MemAvailable:"); }
+int64_t peak_rss_bytes() {
+  return read_kib_field("/proc/self/status", "VmHWM:");
+}
+int64_t current_rss_bytes() {
+  return read_kib_field("/proc/self/status", "VmRSS:");
+}
+int64_t total_memory_bytes() {
+  return read_kib_field("/proc/meminfo", "MemTotal:");
+}
+int64_t available_memory_bytes() {
+  return read_kib_field("/proc/meminfo", "MemAvailable:");
+}
 
 double now_seconds() {
   using clock = std::chrono::steady_clock;

@@ -12,16 +12,18 @@
 namespace dspark::cli {
 
 void add_doctor_command(CLI::App& app) {
-  auto* command = app.add_subcommand("doctor", "Check this machine: CPU, kernels, bandwidth, models");
+  auto* command =
+      app.add_subcommand("doctor", "Check this machine: CPU, kernels, bandwidth, models");
   auto dir = std::make_shared<std::string>();
   command->add_option("--models-dir", *dir, "Models directory");
   command->callback([dir] {
     const CpuFeatures& cpu = cpu_features();
     fmt::print("cpu: {}\n", cpu.model_name);
-    fmt::print("features: avx2={} fma={} f16c={} avx512f={} avx512bw={} avx512vl={} "
-               "avx512vnni={} avx512bf16={}\n",
-               cpu.avx2, cpu.fma, cpu.f16c, cpu.avx512f, cpu.avx512bw, cpu.avx512vl,
-               cpu.avx512vnni, cpu.avx512bf16);
+    fmt::print(
+        "features: avx2={} fma={} f16c={} avx512f={} avx512bw={} avx512vl={} "
+        "avx512vnni={} avx512bf16={}\n",
+        cpu.avx2, cpu.fma, cpu.f16c, cpu.avx512f, cpu.avx512bw, cpu.avx512vl, cpu.avx512vnni,
+        cpu.avx512bf16);
     fmt::print("kernels: {}\n", kernels::isa_name(kernels::best_isa()));
     fmt::print("threads: {}\n", default_pool().num_threads());
     fmt::print("memory: {:.1f} GiB total, {:.1f} GiB available\n",

@@ -68,7 +68,8 @@ DecodeOptions decode_options(const GenerateOptions& options) {
 
 std::vector<int32_t> build_prompt(const ModelBundle& bundle, const GenerateOptions& options) {
   if (options.no_chat_template || bundle.chat_template.empty()) {
-    std::string text = options.system.empty() ? options.prompt : options.system + "\n\n" + options.prompt;
+    std::string text =
+        options.system.empty() ? options.prompt : options.system + "\n\n" + options.prompt;
     return bundle.tokenizer->encode(text, /*add_special_tokens=*/true);
   }
   ChatTemplateInputs inputs;
@@ -87,7 +88,8 @@ std::vector<int32_t> build_prompt(const ModelBundle& bundle, const GenerateOptio
   }
   if (!bundle.bos_token.empty()) inputs.bos_token = bundle.bos_token;
   if (!bundle.eos_token.empty()) inputs.eos_token = bundle.eos_token;
-  const std::string text = ChatTemplate(bundle.chat_template, bundle.name + " chat template").render(inputs);
+  const std::string text =
+      ChatTemplate(bundle.chat_template, bundle.name + " chat template").render(inputs);
   return bundle.tokenizer->encode(text, /*add_special_tokens=*/false);
 }
 
@@ -96,7 +98,8 @@ void run_generate(const GenerateOptions& options) {
   GenerateOptions resolved = options;
   if (resolved.prompt.empty() || resolved.prompt == "-") {
     if (isatty(STDIN_FILENO)) fail("no --prompt given and nothing on standard input");
-    resolved.prompt.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+    resolved.prompt.assign(std::istreambuf_iterator<char>(std::cin),
+                           std::istreambuf_iterator<char>());
   }
   const double load_start = now_seconds();
   const DecodeOptions decode = decode_options(options);
@@ -143,15 +146,19 @@ void run_generate(const GenerateOptions& options) {
   StopStringMatcher stops(options.stop);
   ModelState state = bundle->model->new_state();
   DecodeStats decode_stats;
-  auto result = run_generation(*bundle->model, prompt, state, config, setup, [&](const CommittedToken& token) {
-    if (std::find(config.eos_ids.begin(), config.eos_ids.end(), token.id) != config.eos_ids.end()) {
-      return true;
-    }
-    auto piece = stops.push(detokenizer.push(token.id));
-    std::fwrite(piece.emit.data(), 1, piece.emit.size(), stdout);
-    std::fflush(stdout);
-    return !piece.stopped;
-  }, &decode_stats);
+  auto result = run_generation(
+      *bundle->model, prompt, state, config, setup,
+      [&](const CommittedToken& token) {
+        if (std::find(config.eos_ids.begin(), config.eos_ids.end(), token.id) !=
+            config.eos_ids.end()) {
+          return true;
+        }
+        auto piece = stops.push(detokenizer.push(token.id));
+        std::fwrite(piece.emit.data(), 1, piece.emit.size(), stdout);
+        std::fflush(stdout);
+        return !piece.stopped;
+      },
+      &decode_stats);
   if (result.finish_reason != FinishReason::stop) {
     std::string rest = stops.push(detokenizer.flush()).emit + stops.flush();
     std::fwrite(rest.data(), 1, rest.size(), stdout);
@@ -168,18 +175,22 @@ void run_generate(const GenerateOptions& options) {
 }  // namespace
 
 void add_generate_command(CLI::App& app) {
-  auto* command = app.add_subcommand("generate", "Generate one answer, streamed, with speed figures");
+  auto* command =
+      app.add_subcommand("generate", "Generate one answer, streamed, with speed figures");
   auto options = std::make_shared<GenerateOptions>();
-  command->add_option("--model,-m", options->model,
-                      "Model directory or name in the models directory (default: the default model)");
+  command->add_option(
+      "--model,-m", options->model,
+      "Model directory or name in the models directory (default: the default model)");
   command->add_option("--models-dir", options->models_dir, "Models directory");
-  command->add_option("--prompt,-p", options->prompt, "Prompt text ('-' or omitted: standard input)");
+  command->add_option("--prompt,-p", options->prompt,
+                      "Prompt text ('-' or omitted: standard input)");
   command->add_option("--system", options->system, "System message");
   command->add_option("--max-tokens", options->max_tokens, "Maximum tokens to generate")
       ->check(CLI::PositiveNumber);
   command->add_option("--temp", options->temperature, "Sampling temperature (0 = greedy)")
       ->check(CLI::Range(0.0, 100.0));
-  command->add_option("--top-p", options->top_p, "Nucleus sampling mass")->check(CLI::Range(0.0, 1.0));
+  command->add_option("--top-p", options->top_p, "Nucleus sampling mass")
+      ->check(CLI::Range(0.0, 1.0));
   command->add_option("--top-k", options->top_k, "Keep the k most likely tokens (0 = off)")
       ->check(CLI::NonNegativeNumber);
   command->add_option("--min-p", options->min_p, "Drop tokens below min_p x the top probability")
@@ -201,11 +212,13 @@ void add_generate_command(CLI::App& app) {
   command->add_option("--max-draft", options->max_draft, "Drafts per round: a number or 'auto'");
   command->add_option("--drafter", options->drafter,
                       "DSpark or DFlash drafter: a directory or a hub repo id");
-  command->add_option("--drafter-bits", options->drafter_bits,
-                      "Quantise the drafter to this many bits at load (0 = as stored)")
+  command
+      ->add_option("--drafter-bits", options->drafter_bits,
+                   "Quantise the drafter to this many bits at load (0 = as stored)")
       ->check(CLI::NonNegativeNumber);
-  command->add_option("--confidence-threshold", options->confidence_threshold,
-                      "DSpark: keep drafts while their confidence product stays at or above this")
+  command
+      ->add_option("--confidence-threshold", options->confidence_threshold,
+                   "DSpark: keep drafts while their confidence product stays at or above this")
       ->check(CLI::Range(0.0, 1.0));
   command->add_flag("--lookup-drafts", options->lookup_drafts,
                     "Try prompt-lookup drafts before the model drafter each round");

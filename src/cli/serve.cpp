@@ -52,7 +52,8 @@ void run_serve(const ServeOptions& options) {
   server::EngineOptions engine_options;
   const DecodeMode mode = parse_decode_mode(options.mode);
   if (mode != DecodeMode::baseline && mode != DecodeMode::lookup) {
-    fail("--mode {}: serve supports baseline and lookup until the model drafters land", options.mode);
+    fail("--mode {}: serve supports baseline and lookup until the model drafters land",
+         options.mode);
   }
   engine_options.decode.options.mode = mode;
   if (options.max_draft > 0) engine_options.decode.options.max_draft = options.max_draft;
@@ -73,7 +74,8 @@ void run_serve(const ServeOptions& options) {
   if (http.http_threads == 0) http.http_threads = static_cast<int>(options.max_queue) + 16;
   server::Server server(http);
   const int port = server.bind();
-  fmt::print(stderr, "dspark serve: listening on http://{}:{} (loading the model)\n", http.host, port);
+  fmt::print(stderr, "dspark serve: listening on http://{}:{} (loading the model)\n", http.host,
+             port);
   std::fflush(stderr);
 
   std::atomic<bool> stopping{false};
@@ -96,8 +98,8 @@ void run_serve(const ServeOptions& options) {
                  bundle->model->architecture(), options.mode);
       std::fflush(stderr);
       if (!stopping) {
-        server.set_engine(std::make_unique<server::Engine>(std::move(bundle), engine_options,
-                                                           server.metrics()));
+        server.set_engine(
+            std::make_unique<server::Engine>(std::move(bundle), engine_options, server.metrics()));
       }
     } catch (const std::exception& e) {
       fmt::print(stderr, "dspark serve: error: could not load the model: {}\n", e.what());
@@ -115,19 +117,24 @@ void run_serve(const ServeOptions& options) {
 }  // namespace
 
 void add_serve_command(CLI::App& app) {
-  auto* command = app.add_subcommand("serve", "Serve the OpenAI- and Anthropic-compatible HTTP API");
+  auto* command =
+      app.add_subcommand("serve", "Serve the OpenAI- and Anthropic-compatible HTTP API");
   auto options = std::make_shared<ServeOptions>();
   command->add_option("--model,-m", options->model,
                       "Model directory, GGUF, name or hub repo id (default: the default model)");
   command->add_option("--models-dir", options->models_dir, "Models directory");
   command->add_option("--host", options->http.host, "Address to listen on")->capture_default_str();
-  command->add_option("--port", options->http.port, "Port (0 = any free port)")->capture_default_str();
+  command->add_option("--port", options->http.port, "Port (0 = any free port)")
+      ->capture_default_str();
   command->add_option("--api-key", options->http.api_key,
                       "Require this key (Authorization: Bearer or x-api-key)");
-  command->add_option("--mode", options->mode, "Decoding: baseline or lookup")->capture_default_str();
+  command->add_option("--mode", options->mode, "Decoding: baseline or lookup")
+      ->capture_default_str();
   command->add_option("--max-draft", options->max_draft, "Draft tokens per round (lookup)");
-  command->add_option("--default-max-tokens", options->default_max_tokens,
-                      "max_tokens when a request gives none")->capture_default_str();
+  command
+      ->add_option("--default-max-tokens", options->default_max_tokens,
+                   "max_tokens when a request gives none")
+      ->capture_default_str();
   command->add_option("--max-tokens-cap", options->max_tokens_cap, "Ceiling on max_tokens")
       ->capture_default_str();
   command->add_option("--context-window", options->context_window,
@@ -137,17 +144,23 @@ void add_serve_command(CLI::App& app) {
   command->add_option("--default-top-p", options->default_top_p, "Default top_p");
   command->add_option("--default-top-k", options->default_top_k, "Default top_k");
   command->add_flag("--no-thinking", options->no_thinking, "Default enable_thinking = false");
-  command->add_flag("--no-prefix-cache", options->no_prefix_cache, "Do not reuse state across requests");
-  command->add_option("--prefix-cache-slots", options->prefix_cache_slots, "Conversations kept (LRU)")
+  command->add_flag("--no-prefix-cache", options->no_prefix_cache,
+                    "Do not reuse state across requests");
+  command
+      ->add_option("--prefix-cache-slots", options->prefix_cache_slots, "Conversations kept (LRU)")
       ->capture_default_str();
-  command->add_option("--prefix-cache-rungs", options->prefix_cache_rungs,
-                      "Hybrid models: checkpoint every N prompt tokens (0 = off)")->capture_default_str();
+  command
+      ->add_option("--prefix-cache-rungs", options->prefix_cache_rungs,
+                   "Hybrid models: checkpoint every N prompt tokens (0 = off)")
+      ->capture_default_str();
   command->add_option("--max-queue", options->max_queue, "Waiting requests before 429")
       ->capture_default_str();
   command->add_option("--max-body-mb", options->max_body_mb, "Largest request body (MiB)")
       ->capture_default_str();
-  command->add_option("--keepalive", options->http.keepalive_seconds,
-                      "Seconds of stream silence before a keep-alive")->capture_default_str();
+  command
+      ->add_option("--keepalive", options->http.keepalive_seconds,
+                   "Seconds of stream silence before a keep-alive")
+      ->capture_default_str();
   command->add_flag("!--no-log", options->http.log_requests, "No per-request log lines");
   command->add_option("--threads", options->threads, "Compute threads (default: all CPUs)");
   command->callback([options] { run_serve(*options); });

@@ -31,11 +31,11 @@ std::string mlx_module_name(const std::string& gguf_name) {
   static const std::map<std::string, std::string> kTop = {
       {"token_embd", "model.embed_tokens"}, {"output_norm", "model.norm"}, {"output", "lm_head"}};
   static const std::map<std::string, std::string> kLayer = {
-      {"attn_norm", "input_layernorm"},      {"attn_q", "self_attn.q_proj"},
-      {"attn_k", "self_attn.k_proj"},        {"attn_v", "self_attn.v_proj"},
-      {"attn_output", "self_attn.o_proj"},   {"attn_q_norm", "self_attn.q_norm"},
-      {"attn_k_norm", "self_attn.k_norm"},   {"ffn_norm", "post_attention_layernorm"},
-      {"ffn_gate", "mlp.gate_proj"},         {"ffn_up", "mlp.up_proj"},
+      {"attn_norm", "input_layernorm"},    {"attn_q", "self_attn.q_proj"},
+      {"attn_k", "self_attn.k_proj"},      {"attn_v", "self_attn.v_proj"},
+      {"attn_output", "self_attn.o_proj"}, {"attn_q_norm", "self_attn.q_norm"},
+      {"attn_k_norm", "self_attn.k_norm"}, {"ffn_norm", "post_attention_layernorm"},
+      {"ffn_gate", "mlp.gate_proj"},       {"ffn_up", "mlp.up_proj"},
       {"ffn_down", "mlp.down_proj"},
   };
   static const std::regex kLayerPattern(R"(blk\.(\d+)\.(\w+))");
@@ -57,7 +57,8 @@ std::vector<int64_t> unpermute_rows(int64_t rows, int64_t heads) {
   std::vector<int64_t> source(rows);
   for (int64_t h = 0; h < heads; ++h) {
     for (int64_t j = 0; j < 2; ++j) {
-      for (int64_t i = 0; i < half; ++i) source[h * head_dim + j * half + i] = h * head_dim + i * 2 + j;
+      for (int64_t i = 0; i < half; ++i)
+        source[h * head_dim + j * half + i] = h * head_dim + i * 2 + j;
     }
   }
   return source;
@@ -72,10 +73,23 @@ void convert_quantized(const GgufFile& gguf, const GgufTensor& tensor, const std
   int64_t block_bytes = 0;
   bool (*unpack)(const uint8_t*, uint8_t*, uint16_t&, uint16_t&) = nullptr;
   switch (static_cast<GgmlType>(tensor.type)) {
-    case GgmlType::Q4_0: bits = 4; block_bytes = gguf_blocks::kQ4_0Bytes; unpack = gguf_blocks::q4_0_block; break;
-    case GgmlType::Q4_1: bits = 4; block_bytes = gguf_blocks::kQ4_1Bytes; unpack = gguf_blocks::q4_1_block; break;
-    case GgmlType::Q8_0: bits = 8; block_bytes = gguf_blocks::kQ8_0Bytes; unpack = gguf_blocks::q8_0_block; break;
-    default: fail("{}: tensor '{}' unexpected type", gguf.path(), tensor.name);
+    case GgmlType::Q4_0:
+      bits = 4;
+      block_bytes = gguf_blocks::kQ4_0Bytes;
+      unpack = gguf_blocks::q4_0_block;
+      break;
+    case GgmlType::Q4_1:
+      bits = 4;
+      block_bytes = gguf_blocks::kQ4_1Bytes;
+      unpack = gguf_blocks::q4_1_block;
+      break;
+    case GgmlType::Q8_0:
+      bits = 8;
+      block_bytes = gguf_blocks::kQ8_0Bytes;
+      unpack = gguf_blocks::q8_0_block;
+      break;
+    default:
+      fail("{}: tensor '{}' unexpected type", gguf.path(), tensor.name);
   }
   const int64_t words_per_row = cols * bits / 32;
   OutputTensor weight{module + ".weight", DType::U32, {rows, words_per_row}, {}};
@@ -204,7 +218,8 @@ GgufConversionSummary convert_gguf_to_mlx(const std::string& gguf_path,
   quantization["bits"] = global_bits;
   for (const auto& [module, bits] : module_bits) {
     if (bits != global_bits) {
-      quantization[module] = {{"group_size", gguf_blocks::kBlock}, {"bits", bits}, {"mode", "affine"}};
+      quantization[module] = {
+          {"group_size", gguf_blocks::kBlock}, {"bits", bits}, {"mode", "affine"}};
     }
   }
 
@@ -212,7 +227,8 @@ GgufConversionSummary convert_gguf_to_mlx(const std::string& gguf_path,
   const fs::path dir(output_dir);
   std::vector<TensorToWrite> to_write;
   for (const auto& tensor : outputs) {
-    to_write.push_back({tensor.name, tensor.dtype, tensor.shape, tensor.bytes.data(), tensor.bytes.size()});
+    to_write.push_back(
+        {tensor.name, tensor.dtype, tensor.shape, tensor.bytes.data(), tensor.bytes.size()});
     summary.output_bytes += static_cast<int64_t>(tensor.bytes.size());
   }
   std::sort(to_write.begin(), to_write.end(),
@@ -232,8 +248,8 @@ GgufConversionSummary convert_gguf_to_mlx(const std::string& gguf_path,
   config["num_key_value_heads"] = kv_heads;
   config["head_dim"] = head_dim;
   config["rms_norm_eps"] = gguf.get_float(arch + ".attention.layer_norm_rms_epsilon");
-  config["rope_theta"] = gguf.has(arch + ".rope.freq_base") ? gguf.get_float(arch + ".rope.freq_base")
-                                                            : 10000.0;
+  config["rope_theta"] =
+      gguf.has(arch + ".rope.freq_base") ? gguf.get_float(arch + ".rope.freq_base") : 10000.0;
   config["max_position_embeddings"] = gguf.get_int(arch + ".context_length");
   config["vocab_size"] = vocab;
   config["tie_word_embeddings"] = gguf.find("output.weight") == nullptr;
@@ -241,8 +257,10 @@ GgufConversionSummary convert_gguf_to_mlx(const std::string& gguf_path,
   if (qwen && gguf.find("blk.0.attn_q.bias") != nullptr) {
     fail("{}: attention biases (blk.N.attn_q.bias) are not converted yet", gguf_path);
   }
-  if (gguf.has("tokenizer.ggml.bos_token_id")) config["bos_token_id"] = gguf.get_int("tokenizer.ggml.bos_token_id");
-  if (gguf.has("tokenizer.ggml.eos_token_id")) config["eos_token_id"] = gguf.get_int("tokenizer.ggml.eos_token_id");
+  if (gguf.has("tokenizer.ggml.bos_token_id"))
+    config["bos_token_id"] = gguf.get_int("tokenizer.ggml.bos_token_id");
+  if (gguf.has("tokenizer.ggml.eos_token_id"))
+    config["eos_token_id"] = gguf.get_int("tokenizer.ggml.eos_token_id");
   if (!module_bits.empty()) {
     config["quantization"] = quantization;
     config["quantization_config"] = quantization;

@@ -22,7 +22,8 @@ std::optional<int32_t> optional_id(const GgufFile& gguf, const std::string& key)
 
 std::optional<bool> optional_flag(const GgufFile& gguf, const std::string& key) {
   if (!gguf.has(key)) return std::nullopt;
-  if (!gguf.metadata()[key].is_boolean()) fail("{}: metadata '{}' is not a boolean", gguf.path(), key);
+  if (!gguf.metadata()[key].is_boolean())
+    fail("{}: metadata '{}' is not a boolean", gguf.path(), key);
   return gguf.metadata()[key].get<bool>();
 }
 
@@ -93,7 +94,8 @@ void write_gguf_tokenizer_files(const GgufFile& gguf, const std::string& output_
   }
   std::ofstream out(dir / "tokenizer_config.json");
   if (!out) fail("{}: cannot write", (dir / "tokenizer_config.json").string());
-  out << gguf_tokenizer_config(gguf).dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace)
+  out << gguf_tokenizer_config(gguf).dump(2, ' ', false,
+                                          nlohmann::ordered_json::error_handler_t::replace)
       << "\n";
 }
 

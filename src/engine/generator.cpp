@@ -9,10 +9,14 @@ namespace dspark {
 
 const char* finish_reason_name(FinishReason reason) {
   switch (reason) {
-    case FinishReason::eos: return "eos";
-    case FinishReason::length: return "length";
-    case FinishReason::stop: return "stop";
-    case FinishReason::cancelled: return "cancelled";
+    case FinishReason::eos:
+      return "eos";
+    case FinishReason::length:
+      return "length";
+    case FinishReason::stop:
+      return "stop";
+    case FinishReason::cancelled:
+      return "cancelled";
   }
   return "?";
 }
@@ -34,7 +38,8 @@ void check_prompt(const Model& model, const std::vector<int32_t>& prompt, const 
   }
   const int64_t vocab = model.vocab_size();
   for (int32_t id : prompt) {
-    if (id < 0 || id >= vocab) fail("prompt token id {} is outside the vocabulary [0, {})", id, vocab);
+    if (id < 0 || id >= vocab)
+      fail("prompt token id {} is outside the vocabulary [0, {})", id, vocab);
   }
 }
 

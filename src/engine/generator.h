@@ -38,7 +38,7 @@ struct GenerationStats {
 // What the caller is told about each committed token.
 struct CommittedToken {
   int32_t id = 0;
-  float logprob = 0.0f;                  // under the unmodified model distribution
+  float logprob = 0.0f;                    // under the unmodified model distribution
   std::vector<TokenLogprob> alternatives;  // when sampling.top_logprobs > 0
 };
 

@@ -43,7 +43,8 @@ std::unique_ptr<ModelBundle> load_model_bundle(const std::string& model_dir) {
   if (bundle->name.empty()) bundle->name = fs::path(model_dir).parent_path().filename().string();
   bundle->model = load_model(model_dir);
   if (!fs::exists(dir / "tokenizer.json")) fail("{}: no tokenizer.json", model_dir);
-  bundle->tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_file((dir / "tokenizer.json").string()));
+  bundle->tokenizer =
+      std::make_unique<Tokenizer>(Tokenizer::from_file((dir / "tokenizer.json").string()));
 
   nlohmann::json tokenizer_config = nlohmann::json::object();
   if (fs::exists(dir / "tokenizer_config.json")) {
@@ -57,12 +58,15 @@ std::unique_ptr<ModelBundle> load_model_bundle(const std::string& model_dir) {
       bundle->chat_template = value.get<std::string>();
     } else if (value.is_array()) {
       for (const auto& entry : value) {
-        if (entry.value("name", "") == "default") bundle->chat_template = entry.value("template", "");
+        if (entry.value("name", "") == "default")
+          bundle->chat_template = entry.value("template", "");
       }
     }
   }
-  if (tokenizer_config.contains("bos_token")) bundle->bos_token = token_text(tokenizer_config["bos_token"]);
-  if (tokenizer_config.contains("eos_token")) bundle->eos_token = token_text(tokenizer_config["eos_token"]);
+  if (tokenizer_config.contains("bos_token"))
+    bundle->bos_token = token_text(tokenizer_config["bos_token"]);
+  if (tokenizer_config.contains("eos_token"))
+    bundle->eos_token = token_text(tokenizer_config["eos_token"]);
 
   std::vector<int32_t>& eos = bundle->eos_ids;
   if (fs::exists(dir / "generation_config.json")) {

@@ -31,26 +31,66 @@ struct TypeLayout {
 
 bool type_layout(uint32_t type, TypeLayout& layout) {
   switch (static_cast<GgmlType>(type)) {
-    case GgmlType::F32: layout = {1, 4}; return true;
-    case GgmlType::F16: layout = {1, 2}; return true;
-    case GgmlType::BF16: layout = {1, 2}; return true;
-    case GgmlType::F64: layout = {1, 8}; return true;
-    case GgmlType::I8: layout = {1, 1}; return true;
-    case GgmlType::I16: layout = {1, 2}; return true;
-    case GgmlType::I32: layout = {1, 4}; return true;
-    case GgmlType::I64: layout = {1, 8}; return true;
-    case GgmlType::Q4_0: layout = {32, 18}; return true;
-    case GgmlType::Q4_1: layout = {32, 20}; return true;
-    case GgmlType::Q5_0: layout = {32, 22}; return true;
-    case GgmlType::Q5_1: layout = {32, 24}; return true;
-    case GgmlType::Q8_0: layout = {32, 34}; return true;
-    case GgmlType::Q8_1: layout = {32, 36}; return true;
-    case GgmlType::Q2_K: layout = {256, 84}; return true;
-    case GgmlType::Q3_K: layout = {256, 110}; return true;
-    case GgmlType::Q4_K: layout = {256, 144}; return true;
-    case GgmlType::Q5_K: layout = {256, 176}; return true;
-    case GgmlType::Q6_K: layout = {256, 210}; return true;
-    case GgmlType::Q8_K: layout = {256, 292}; return true;
+    case GgmlType::F32:
+      layout = {1, 4};
+      return true;
+    case GgmlType::F16:
+      layout = {1, 2};
+      return true;
+    case GgmlType::BF16:
+      layout = {1, 2};
+      return true;
+    case GgmlType::F64:
+      layout = {1, 8};
+      return true;
+    case GgmlType::I8:
+      layout = {1, 1};
+      return true;
+    case GgmlType::I16:
+      layout = {1, 2};
+      return true;
+    case GgmlType::I32:
+      layout = {1, 4};
+      return true;
+    case GgmlType::I64:
+      layout = {1, 8};
+      return true;
+    case GgmlType::Q4_0:
+      layout = {32, 18};
+      return true;
+    case GgmlType::Q4_1:
+      layout = {32, 20};
+      return true;
+    case GgmlType::Q5_0:
+      layout = {32, 22};
+      return true;
+    case GgmlType::Q5_1:
+      layout = {32, 24};
+      return true;
+    case GgmlType::Q8_0:
+      layout = {32, 34};
+      return true;
+    case GgmlType::Q8_1:
+      layout = {32, 36};
+      return true;
+    case GgmlType::Q2_K:
+      layout = {256, 84};
+      return true;
+    case GgmlType::Q3_K:
+      layout = {256, 110};
+      return true;
+    case GgmlType::Q4_K:
+      layout = {256, 144};
+      return true;
+    case GgmlType::Q5_K:
+      layout = {256, 176};
+      return true;
+    case GgmlType::Q6_K:
+      layout = {256, 210};
+      return true;
+    case GgmlType::Q8_K:
+      layout = {256, 292};
+      return true;
   }
   return false;
 }
@@ -79,26 +119,40 @@ class Reader {
 
   nlohmann::json read_value(uint32_t type, const std::string& key, int depth = 0) {
     switch (type) {
-      case kU8: return read<uint8_t>();
-      case kI8: return read<int8_t>();
-      case kU16: return read<uint16_t>();
-      case kI16: return read<int16_t>();
-      case kU32: return read<uint32_t>();
-      case kI32: return read<int32_t>();
-      case kF32: return read<float>();
-      case kBool: return read<uint8_t>() != 0;
-      case kString: return read_string();
-      case kU64: return read<uint64_t>();
-      case kI64: return read<int64_t>();
-      case kF64: return read<double>();
+      case kU8:
+        return read<uint8_t>();
+      case kI8:
+        return read<int8_t>();
+      case kU16:
+        return read<uint16_t>();
+      case kI16:
+        return read<int16_t>();
+      case kU32:
+        return read<uint32_t>();
+      case kI32:
+        return read<int32_t>();
+      case kF32:
+        return read<float>();
+      case kBool:
+        return read<uint8_t>() != 0;
+      case kString:
+        return read_string();
+      case kU64:
+        return read<uint64_t>();
+      case kI64:
+        return read<int64_t>();
+      case kF64:
+        return read<double>();
       case kArray: {
         if (depth > 0) fail("{}: metadata '{}': nested arrays are not supported", path_, key);
         const uint32_t element_type = read<uint32_t>();
         const uint64_t count = read<uint64_t>();
-        if (count > size_) fail("{}: metadata '{}': array length {} is impossible", path_, key, count);
+        if (count > size_)
+          fail("{}: metadata '{}': array length {} is impossible", path_, key, count);
         nlohmann::json array = nlohmann::json::array();
         array.get_ref<nlohmann::json::array_t&>().reserve(count);
-        for (uint64_t i = 0; i < count; ++i) array.push_back(read_value(element_type, key, depth + 1));
+        for (uint64_t i = 0; i < count; ++i)
+          array.push_back(read_value(element_type, key, depth + 1));
         return array;
       }
       default:
@@ -111,8 +165,8 @@ class Reader {
  private:
   void need(uint64_t bytes) {
     if (bytes > size_ || offset_ > size_ - bytes) {
-      fail("{}: truncated GGUF header (needs {} more bytes at offset {}, file has {})", path_, bytes,
-           offset_, size_);
+      fail("{}: truncated GGUF header (needs {} more bytes at offset {}, file has {})", path_,
+           bytes, offset_, size_);
     }
   }
 
@@ -126,26 +180,46 @@ class Reader {
 
 std::string ggml_type_name(uint32_t type) {
   switch (static_cast<GgmlType>(type)) {
-    case GgmlType::F32: return "F32";
-    case GgmlType::F16: return "F16";
-    case GgmlType::BF16: return "BF16";
-    case GgmlType::F64: return "F64";
-    case GgmlType::I8: return "I8";
-    case GgmlType::I16: return "I16";
-    case GgmlType::I32: return "I32";
-    case GgmlType::I64: return "I64";
-    case GgmlType::Q4_0: return "Q4_0";
-    case GgmlType::Q4_1: return "Q4_1";
-    case GgmlType::Q5_0: return "Q5_0";
-    case GgmlType::Q5_1: return "Q5_1";
-    case GgmlType::Q8_0: return "Q8_0";
-    case GgmlType::Q8_1: return "Q8_1";
-    case GgmlType::Q2_K: return "Q2_K";
-    case GgmlType::Q3_K: return "Q3_K";
-    case GgmlType::Q4_K: return "Q4_K";
-    case GgmlType::Q5_K: return "Q5_K";
-    case GgmlType::Q6_K: return "Q6_K";
-    case GgmlType::Q8_K: return "Q8_K";
+    case GgmlType::F32:
+      return "F32";
+    case GgmlType::F16:
+      return "F16";
+    case GgmlType::BF16:
+      return "BF16";
+    case GgmlType::F64:
+      return "F64";
+    case GgmlType::I8:
+      return "I8";
+    case GgmlType::I16:
+      return "I16";
+    case GgmlType::I32:
+      return "I32";
+    case GgmlType::I64:
+      return "I64";
+    case GgmlType::Q4_0:
+      return "Q4_0";
+    case GgmlType::Q4_1:
+      return "Q4_1";
+    case GgmlType::Q5_0:
+      return "Q5_0";
+    case GgmlType::Q5_1:
+      return "Q5_1";
+    case GgmlType::Q8_0:
+      return "Q8_0";
+    case GgmlType::Q8_1:
+      return "Q8_1";
+    case GgmlType::Q2_K:
+      return "Q2_K";
+    case GgmlType::Q3_K:
+      return "Q3_K";
+    case GgmlType::Q4_K:
+      return "Q4_K";
+    case GgmlType::Q5_K:
+      return "Q5_K";
+    case GgmlType::Q6_K:
+      return "Q6_K";
+    case GgmlType::Q8_K:
+      return "Q8_K";
   }
   return "type " + std::to_string(type);
 }
@@ -183,14 +257,16 @@ GgufFile::GgufFile(const std::string& path) : file_(path) {
     Info info;
     info.tensor.name = reader.read_string();
     const uint32_t rank = reader.read<uint32_t>();
-    if (rank > 4) fail("{}: tensor '{}' has {} dimensions (at most 4)", path, info.tensor.name, rank);
+    if (rank > 4)
+      fail("{}: tensor '{}' has {} dimensions (at most 4)", path, info.tensor.name, rank);
     for (uint32_t d = 0; d < rank; ++d) info.tensor.dims.push_back(reader.read<int64_t>());
     info.tensor.type = reader.read<uint32_t>();
     info.offset = reader.read<uint64_t>();
     infos.push_back(std::move(info));
   }
   uint64_t alignment = 32;
-  if (metadata_.contains("general.alignment")) alignment = metadata_["general.alignment"].get<uint64_t>();
+  if (metadata_.contains("general.alignment"))
+    alignment = metadata_["general.alignment"].get<uint64_t>();
   if (alignment == 0 || (alignment & (alignment - 1)) != 0) {
     fail("{}: general.alignment {} is not a power of two", path, alignment);
   }
@@ -208,7 +284,8 @@ GgufFile::GgufFile(const std::string& path) : file_(path) {
     for (int64_t dim : tensor.dims) {
       if (dim < 0) fail("{}: tensor '{}' has a negative dimension", path, tensor.name);
     }
-    tensor.nbytes = static_cast<size_t>(tensor.numel() / layout.block_elements * layout.block_bytes);
+    tensor.nbytes =
+        static_cast<size_t>(tensor.numel() / layout.block_elements * layout.block_bytes);
     if (data_start + info.offset + tensor.nbytes > file_.size()) {
       fail("{}: tensor '{}' ({} bytes at offset {}) runs past the end of the file (truncated?)",
            path, tensor.name, tensor.nbytes, info.offset);

@@ -12,7 +12,8 @@ namespace fs = std::filesystem;
 
 std::string models_dir(const std::string& override_dir) {
   if (!override_dir.empty()) return override_dir;
-  if (const char* env = std::getenv("DSPARK_MODELS_DIR"); env != nullptr && *env != '\0') return env;
+  if (const char* env = std::getenv("DSPARK_MODELS_DIR"); env != nullptr && *env != '\0')
+    return env;
   const char* home = std::getenv("HOME");
   return (fs::path(home != nullptr ? home : ".") / ".cache" / "dspark" / "models").string();
 }
@@ -74,9 +75,10 @@ std::string resolve_model(const std::string& model, const std::string& dir) {
   std::string places;
   for (const auto& place : looked) places += "\n  " + place;
   if (model.empty()) {
-    fail("the default model {} is not installed; looked in:{}\nInstall it with "
-         "scripts/install_default_model.sh (or pass --model)",
-         kDefaultModelName, places);
+    fail(
+        "the default model {} is not installed; looked in:{}\nInstall it with "
+        "scripts/install_default_model.sh (or pass --model)",
+        kDefaultModelName, places);
   }
   fail("model '{}' not found; looked in:{}", model, places);
 }

@@ -85,9 +85,10 @@ QuantSettings QuantConfig::settings_for(const std::string& module_path) const {
     return *found->second;
   }
   if (!global_) {
-    fail("{}: module '{}' has quantized weights (.scales) but config.json has no quantization "
-         "record",
-         source_, module_path);
+    fail(
+        "{}: module '{}' has quantized weights (.scales) but config.json has no quantization "
+        "record",
+        source_, module_path);
   }
   return *global_;
 }

@@ -24,7 +24,8 @@ uint64_t read_u64_le(const uint8_t* bytes) {
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
   const size_t file_size = file_.size();
-  if (file_size < 8) fail("{}: truncated safetensors file ({} bytes, no header length)", path, file_size);
+  if (file_size < 8)
+    fail("{}: truncated safetensors file ({} bytes, no header length)", path, file_size);
   const uint64_t header_bytes = read_u64_le(file_.data());
   if (header_bytes > kMaxHeaderBytes) {
     fail("{}: safetensors header length {} exceeds the {} byte limit", path, header_bytes,
@@ -91,11 +92,13 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
     }
     const uint64_t begin = offsets[0].get<uint64_t>();
     const uint64_t end = offsets[1].get<uint64_t>();
-    if (end < begin) fail("{}: tensor '{}': data_offsets [{}, {}] end before begin", path, name, begin, end);
+    if (end < begin)
+      fail("{}: tensor '{}': data_offsets [{}, {}] end before begin", path, name, begin, end);
     if (end > buffer_size) {
-      fail("{}: tensor '{}': data_offsets [{}, {}] run past the end of the data ({} bytes; file "
-           "truncated?)",
-           path, name, begin, end, buffer_size);
+      fail(
+          "{}: tensor '{}': data_offsets [{}, {}] run past the end of the data ({} bytes; file "
+          "truncated?)",
+          path, name, begin, end, buffer_size);
     }
     const uint64_t expected_bytes = elements * dtype_size(*dtype);
     if (end - begin != expected_bytes) {
@@ -110,7 +113,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
   }
   std::vector<size_t> order(extents.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return extents[a] < extents[b]; });
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return extents[a] < extents[b]; });
   for (size_t i = 1; i < order.size(); ++i) {
     const auto& previous = extents[order[i - 1]];
     const auto& current = extents[order[i]];
@@ -132,8 +136,8 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
     for (int64_t dim : tensor.shape) elements *= static_cast<uint64_t>(dim);
     if (elements * dtype_size(tensor.dtype) != tensor.nbytes) {
       fail("{}: tensor '{}': shape {} of {} needs {} bytes, given {}", path, tensor.name,
-           shape_string(tensor.shape), dtype_name(tensor.dtype), elements * dtype_size(tensor.dtype),
-           tensor.nbytes);
+           shape_string(tensor.shape), dtype_name(tensor.dtype),
+           elements * dtype_size(tensor.dtype), tensor.nbytes);
     }
     header[tensor.name] = {{"dtype", std::string(dtype_name(tensor.dtype))},
                            {"shape", tensor.shape},

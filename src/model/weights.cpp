@@ -102,8 +102,8 @@ LinearWeights load_linear(const Checkpoint& checkpoint, const std::string& path,
     kernels::QuantFormat format;
     const int64_t packed_cols = weight.dim(-1);
     const int64_t scale_cols = scales.dim(-1);
-    const bool shapes_divide = packed_cols > 0 && scale_cols > 0 && (packed_cols * 32) % in == 0 &&
-                               in % scale_cols == 0;
+    const bool shapes_divide =
+        packed_cols > 0 && scale_cols > 0 && (packed_cols * 32) % in == 0 && in % scale_cols == 0;
     if (!shapes_divide) {
       fail("{}: quantized module '{}': packed width {} and {} scale groups do not fit {} inputs",
            checkpoint.path(), path, packed_cols, scale_cols, in);
@@ -113,9 +113,10 @@ LinearWeights load_linear(const Checkpoint& checkpoint, const std::string& path,
     if (checkpoint.quant_config().present()) {
       QuantSettings settings = checkpoint.quant_config().settings_for(path);
       if (settings.bits != shape_bits || settings.group_size != shape_group) {
-        fail("{}: quantized module '{}': config says {} bits / group {} but tensor shapes give {} "
-             "bits / group {}",
-             checkpoint.path(), path, settings.bits, settings.group_size, shape_bits, shape_group);
+        fail(
+            "{}: quantized module '{}': config says {} bits / group {} but tensor shapes give {} "
+            "bits / group {}",
+            checkpoint.path(), path, settings.bits, settings.group_size, shape_bits, shape_group);
       }
     }
     format.bits = shape_bits;

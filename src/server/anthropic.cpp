@@ -19,7 +19,8 @@ bool is_billing_header(const std::string& text) {
 
 std::string system_text(const Json& system) {
   if (system.is_null()) return "";
-  if (system.is_string()) return is_billing_header(system.get<std::string>()) ? "" : system.get<std::string>();
+  if (system.is_string())
+    return is_billing_header(system.get<std::string>()) ? "" : system.get<std::string>();
   if (!system.is_array()) throw ApiError(400, "'system' must be a string or a list of text blocks");
   std::string text;
   for (const auto& block : system) {
@@ -69,11 +70,13 @@ void add_message(ChatRequest& request, const Json& message) {
     } else if (type == "image") {
       throw ApiError(400, "this model takes text only; image blocks are not supported");
     } else if (type == "tool_use") {
-      OrderedJson input = block.contains("input") ? OrderedJson(block["input"]) : OrderedJson::object();
+      OrderedJson input =
+          block.contains("input") ? OrderedJson(block["input"]) : OrderedJson::object();
       calls.push_back({{"id", block.value("id", "")},
                        {"type", "function"},
-                       {"function", {{"name", json_string(block.value("name", Json()), "tool_use.name")},
-                                     {"arguments", input}}}});
+                       {"function",
+                        {{"name", json_string(block.value("name", Json()), "tool_use.name")},
+                         {"arguments", input}}}});
     } else if (type == "tool_result") {
       std::string result = blocks_text(block.value("content", Json("")));
       if (block.value("is_error", false)) result = "Error: " + result;
@@ -119,9 +122,14 @@ class MessagesStream : public StreamSerializer {
   std::string start(const Usage& prompt_usage) override {
     Usage usage = prompt_usage;
     usage.completion_tokens = 1;
-    Json message = {{"id", id_},         {"type", "message"},       {"role", "assistant"},
-                    {"model", request_.model}, {"content", Json::array()}, {"stop_reason", Json()},
-                    {"stop_sequence", Json()}, {"usage", usage_json(usage)}};
+    Json message = {{"id", id_},
+                    {"type", "message"},
+                    {"role", "assistant"},
+                    {"model", request_.model},
+                    {"content", Json::array()},
+                    {"stop_reason", Json()},
+                    {"stop_sequence", Json()},
+                    {"usage", usage_json(usage)}};
     return sse_event("message_start", {{"type", "message_start"}, {"message", message}}) +
            sse_event("ping", {{"type", "ping"}});
   }
@@ -141,8 +149,10 @@ class MessagesStream : public StreamSerializer {
           break;
         case OutputEvent::Kind::kToolCallStart:
           out += close();
-          out += open("tool_use", {{"type", "tool_use"}, {"id", random_id("toolu_")},
-                                   {"name", event.text}, {"input", Json::object()}});
+          out += open("tool_use", {{"type", "tool_use"},
+                                   {"id", random_id("toolu_")},
+                                   {"name", event.text},
+                                   {"input", Json::object()}});
           break;
         case OutputEvent::Kind::kToolCallArguments:
           out += delta({{"type", "input_json_delta"}, {"partial_json", event.text}});
@@ -157,13 +167,14 @@ class MessagesStream : public StreamSerializer {
 
   std::string finish(const GenerationSummary& summary) override {
     std::string out = close();
-    out += sse_event("message_delta",
-                     {{"type", "message_delta"},
-                      {"delta", {{"stop_reason", stop_reason(summary.finish)},
-                                 {"stop_sequence", summary.finish == Finish::stop_sequence
-                                                       ? Json(summary.stop_sequence)
-                                                       : Json()}}},
-                      {"usage", usage_json(summary.usage)}});
+    out += sse_event(
+        "message_delta",
+        {{"type", "message_delta"},
+         {"delta",
+          {{"stop_reason", stop_reason(summary.finish)},
+           {"stop_sequence",
+            summary.finish == Finish::stop_sequence ? Json(summary.stop_sequence) : Json()}}},
+         {"usage", usage_json(summary.usage)}});
     return out + sse_event("message_stop", {{"type", "message_stop"}});
   }
 
@@ -179,8 +190,9 @@ class MessagesStream : public StreamSerializer {
     if (open_type_ == type && type != "tool_use") return "";
     std::string out = close();
     open_type_ = type;
-    out += sse_event("content_block_start",
-                     {{"type", "content_block_start"}, {"index", index_}, {"content_block", block}});
+    out +=
+        sse_event("content_block_start",
+                  {{"type", "content_block_start"}, {"index", index_}, {"content_block", block}});
     return out;
   }
   std::string delta(const Json& delta) {
@@ -190,7 +202,8 @@ class MessagesStream : public StreamSerializer {
   std::string close() {
     if (open_type_.empty()) return "";
     std::string out;
-    if (open_type_ == "thinking") out += delta({{"type", "signature_delta"}, {"signature", kSignature}});
+    if (open_type_ == "thinking")
+      out += delta({{"type", "signature_delta"}, {"signature", kSignature}});
     out += sse_event("content_block_stop", {{"type", "content_block_stop"}, {"index", index_}});
     open_type_.clear();
     ++index_;
@@ -207,10 +220,14 @@ class MessagesStream : public StreamSerializer {
 
 const char* stop_reason(Finish finish) {
   switch (finish) {
-    case Finish::length: return "max_tokens";
-    case Finish::stop_sequence: return "stop_sequence";
-    case Finish::tool_calls: return "tool_use";
-    default: return "end_turn";
+    case Finish::length:
+      return "max_tokens";
+    case Finish::stop_sequence:
+      return "stop_sequence";
+    case Finish::tool_calls:
+      return "tool_use";
+    default:
+      return "end_turn";
   }
 }
 
@@ -218,7 +235,8 @@ ChatRequest parse_messages(const Json& body, bool count_only) {
   if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
   ChatRequest request;
   request.dialect = Dialect::anthropic;
-  request.model = body.contains("model") && body["model"].is_string() ? body["model"].get<std::string>() : "";
+  request.model =
+      body.contains("model") && body["model"].is_string() ? body["model"].get<std::string>() : "";
   if (!count_only && body.contains("max_tokens") && !body["max_tokens"].is_null()) {
     request.max_tokens = json_int(body["max_tokens"], "max_tokens");
     if (*request.max_tokens < 1) throw ApiError(400, "'max_tokens' must be at least 1");
@@ -242,15 +260,19 @@ ChatRequest parse_messages(const Json& body, bool count_only) {
   } else if (body.contains("tools") && !body["tools"].is_null()) {
     throw ApiError(400, "'tools' must be a list");
   }
-  if (body.contains("stop_sequences")) request.stop = json_string_list(body["stop_sequences"], "stop_sequences");
-  if (body.contains("stream") && !body["stream"].is_null()) request.stream = json_bool(body["stream"], "stream");
+  if (body.contains("stop_sequences"))
+    request.stop = json_string_list(body["stop_sequences"], "stop_sequences");
+  if (body.contains("stream") && !body["stream"].is_null())
+    request.stream = json_bool(body["stream"], "stream");
   RequestSampling& s = request.sampling;
   if (body.contains("temperature") && !body["temperature"].is_null()) {
     s.temperature = json_float(body["temperature"], "temperature");
     if (*s.temperature < 0) throw ApiError(400, "'temperature' must be >= 0");
   }
-  if (body.contains("top_p") && !body["top_p"].is_null()) s.top_p = json_float(body["top_p"], "top_p");
-  if (body.contains("top_k") && !body["top_k"].is_null()) s.top_k = static_cast<int>(json_int(body["top_k"], "top_k"));
+  if (body.contains("top_p") && !body["top_p"].is_null())
+    s.top_p = json_float(body["top_p"], "top_p");
+  if (body.contains("top_k") && !body["top_k"].is_null())
+    s.top_k = static_cast<int>(json_int(body["top_k"], "top_k"));
   if (body.contains("thinking") && body["thinking"].is_object()) {
     const std::string type = body["thinking"].value("type", "");
     if (type == "disabled") {
@@ -264,8 +286,10 @@ ChatRequest parse_messages(const Json& body, bool count_only) {
   }
   if (body.contains("chat_template_kwargs") && body["chat_template_kwargs"].is_object()) {
     const Json& kwargs = body["chat_template_kwargs"];
-    if (kwargs.contains("enable_thinking")) json_bool(kwargs["enable_thinking"], "chat_template_kwargs.enable_thinking");
-    for (const auto& [key, value] : kwargs.items()) request.template_kwargs[key] = OrderedJson(value);
+    if (kwargs.contains("enable_thinking"))
+      json_bool(kwargs["enable_thinking"], "chat_template_kwargs.enable_thinking");
+    for (const auto& [key, value] : kwargs.items())
+      request.template_kwargs[key] = OrderedJson(value);
   }
   return request;
 }
@@ -274,13 +298,16 @@ Json messages_response(const ChatRequest& request, const ParsedOutput& output,
                        const GenerationSummary& summary, const std::string& id) {
   Json content = Json::array();
   if (!output.reasoning.empty() && !request.drop_reasoning) {
-    content.push_back({{"type", "thinking"}, {"thinking", output.reasoning}, {"signature", kSignature}});
+    content.push_back(
+        {{"type", "thinking"}, {"thinking", output.reasoning}, {"signature", kSignature}});
   }
   if (!output.content.empty() || output.tool_calls.empty()) {
     content.push_back({{"type", "text"}, {"text", output.content}});
   }
   for (const auto& call : output.tool_calls) {
-    content.push_back({{"type", "tool_use"}, {"id", random_id("toolu_")}, {"name", call.name},
+    content.push_back({{"type", "tool_use"},
+                       {"id", random_id("toolu_")},
+                       {"name", call.name},
                        {"input", tool_input(call.arguments)}});
   }
   return {{"id", id},
@@ -289,7 +316,8 @@ Json messages_response(const ChatRequest& request, const ParsedOutput& output,
           {"model", request.model},
           {"content", content},
           {"stop_reason", stop_reason(summary.finish)},
-          {"stop_sequence", summary.finish == Finish::stop_sequence ? Json(summary.stop_sequence) : Json()},
+          {"stop_sequence",
+           summary.finish == Finish::stop_sequence ? Json(summary.stop_sequence) : Json()},
           {"usage", usage_json(summary.usage)}};
 }
 

@@ -55,7 +55,9 @@ Engine::Engine(std::unique_ptr<ModelBundle> bundle, EngineOptions options, Metri
   thread_ = std::thread([this] { worker(); });
 }
 
-Engine::~Engine() { shutdown(); }
+Engine::~Engine() {
+  shutdown();
+}
 
 void Engine::shutdown() {
   {
@@ -102,8 +104,8 @@ PreparedPrompt Engine::prepare(const ChatRequest& request) const {
     } catch (const Error& e) {
       throw ApiError(400, fmt::format("could not apply chat template: {}", e.what()));
     }
-    prepared.parser = ChatOutputParser::configure(template_->source(), prepared.text,
-                                                  request.tools);
+    prepared.parser =
+        ChatOutputParser::configure(template_->source(), prepared.text, request.tools);
   }
   const int64_t n = static_cast<int64_t>(prepared.ids.size());
   if (n == 0) throw ApiError(400, "the prompt is empty", "", "prompt");
@@ -126,9 +128,9 @@ GenerationConfig Engine::generation_config(const ChatRequest& request,
                                            int64_t prompt_tokens) const {
   GenerationConfig config;
   config.eos_ids = bundle_->eos_ids;
-  int64_t max_tokens = request.max_tokens ? std::clamp<int64_t>(*request.max_tokens, 1,
-                                                                options_.max_tokens_cap)
-                                          : options_.default_max_tokens;
+  int64_t max_tokens = request.max_tokens
+                           ? std::clamp<int64_t>(*request.max_tokens, 1, options_.max_tokens_cap)
+                           : options_.default_max_tokens;
   config.max_tokens = std::max<int64_t>(1, std::min(max_tokens, context_window_ - prompt_tokens));
   SamplingParams& s = config.sampling;
   const auto& defaults = bundle_->generation_defaults;
@@ -142,15 +144,24 @@ GenerationConfig Engine::generation_config(const ChatRequest& request,
     return std::nullopt;
   };
   const RequestSampling& r = request.sampling;
-  if (r.temperature) s.temperature = *r.temperature;
-  else if (options_.default_temperature) s.temperature = *options_.default_temperature;
-  else if (auto t = from_config("temperature")) s.temperature = static_cast<float>(*t);
-  if (r.top_p) s.top_p = *r.top_p;
-  else if (options_.default_top_p) s.top_p = *options_.default_top_p;
-  else if (auto p = from_config("top_p")) s.top_p = static_cast<float>(*p);
-  if (r.top_k) s.top_k = *r.top_k;
-  else if (options_.default_top_k) s.top_k = *options_.default_top_k;
-  else if (auto k = from_config("top_k")) s.top_k = static_cast<int>(*k);
+  if (r.temperature)
+    s.temperature = *r.temperature;
+  else if (options_.default_temperature)
+    s.temperature = *options_.default_temperature;
+  else if (auto t = from_config("temperature"))
+    s.temperature = static_cast<float>(*t);
+  if (r.top_p)
+    s.top_p = *r.top_p;
+  else if (options_.default_top_p)
+    s.top_p = *options_.default_top_p;
+  else if (auto p = from_config("top_p"))
+    s.top_p = static_cast<float>(*p);
+  if (r.top_k)
+    s.top_k = *r.top_k;
+  else if (options_.default_top_k)
+    s.top_k = *options_.default_top_k;
+  else if (auto k = from_config("top_k"))
+    s.top_k = static_cast<int>(*k);
   if (r.min_p) s.min_p = *r.min_p;
   s.presence_penalty = r.presence_penalty;
   s.frequency_penalty = r.frequency_penalty;
@@ -171,8 +182,8 @@ std::shared_ptr<Job> Engine::submit(ChatRequest request, PreparedPrompt prompt) 
     if (stopping_) throw ApiError(503, "the server is shutting down");
     if (queue_.size() >= options_.max_queue) {
       metrics_.count_rejected();
-      throw ApiError(429, fmt::format("the request queue is full ({} waiting); retry later",
-                                      queue_.size()));
+      throw ApiError(
+          429, fmt::format("the request queue is full ({} waiting); retry later", queue_.size()));
     }
     queue_.push_back(job);
   }
@@ -333,17 +344,21 @@ void Engine::run(Job& job) {
         return !job.cancelled();
       };
       DecodeStats decode_stats;
-      GenerationResult result = run_generation(model, prompt, state, job.config,
-                                               options_.decode, on_token, &decode_stats);
+      GenerationResult result = run_generation(model, prompt, state, job.config, options_.decode,
+                                               on_token, &decode_stats);
       if (!stopped_by_string) deliver(stops.push(detokenizer.flush()).emit + stops.flush());
       job.push(parser.finish());
       const bool has_tool_calls = job.saw_tool_call_;
       summary.usage.completion_tokens = static_cast<int64_t>(result.tokens.size());
       summary.usage.reasoning_tokens = reasoning.tokens();
-      if (job.cancelled()) summary.finish = Finish::cancelled;
-      else if (stopped_by_string) summary.finish = Finish::stop_sequence;
-      else if (result.finish_reason == FinishReason::length) summary.finish = Finish::length;
-      else summary.finish = has_tool_calls ? Finish::tool_calls : Finish::stop;
+      if (job.cancelled())
+        summary.finish = Finish::cancelled;
+      else if (stopped_by_string)
+        summary.finish = Finish::stop_sequence;
+      else if (result.finish_reason == FinishReason::length)
+        summary.finish = Finish::length;
+      else
+        summary.finish = has_tool_calls ? Finish::tool_calls : Finish::stop;
       const GenerationStats& st = result.stats;
       const auto& spec = decode_stats.speculative;
       const double prefill_seconds = prefill_manual + st.prefill_seconds;
@@ -370,7 +385,8 @@ void Engine::run(Job& job) {
           {"decode_tokens_per_sec", st.decode_tokens_per_second()},
       };
       if (prompt_len - lease.cached_tokens >= 16 && prefill_seconds > 0) {
-        summary.stats["prefill_tokens_per_sec"] = (prompt_len - lease.cached_tokens) / prefill_seconds;
+        summary.stats["prefill_tokens_per_sec"] =
+            (prompt_len - lease.cached_tokens) / prefill_seconds;
       }
     }
     if (cache_.enabled() && cache_.checkpointed() && state.length() > 0) {

@@ -8,7 +8,7 @@ namespace dspark::server {
 namespace {
 
 const std::vector<double> kLatencyBounds = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-                                            1,     2.5,  5,     10,   30,  60,  120};
+                                            1,     2.5,  5,     10,   30,  60,   120};
 const std::vector<double> kTokenBounds = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                                           0.1,   0.25,   0.5,   1.0,  2.5};
 const std::vector<double> kAcceptBounds = {1, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 12, 16};
@@ -27,8 +27,7 @@ Histogram::Histogram(std::vector<double> bounds)
     : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
 
 void Histogram::observe(double value) {
-  const size_t bucket =
-      std::lower_bound(bounds_.begin(), bounds_.end(), value) - bounds_.begin();
+  const size_t bucket = std::lower_bound(bounds_.begin(), bounds_.end(), value) - bounds_.begin();
   ++counts_[bucket];
   sum_ += value;
   ++count_;
@@ -89,18 +88,21 @@ void Metrics::count_rejected() {
 std::string Metrics::render(const std::map<std::string, double>& gauges) const {
   std::lock_guard lock(mutex_);
   std::string out;
-  out += "# HELP dspark_requests_total Requests answered, by endpoint and HTTP status.\n"
-         "# TYPE dspark_requests_total counter\n";
+  out +=
+      "# HELP dspark_requests_total Requests answered, by endpoint and HTTP status.\n"
+      "# TYPE dspark_requests_total counter\n";
   for (const auto& [key, count] : requests_) {
     out += fmt::format("dspark_requests_total{{endpoint=\"{}\",status=\"{}\"}} {}\n", key.first,
                        key.second, count);
   }
-  out += "# HELP dspark_finished_total Generations by finish reason.\n"
-         "# TYPE dspark_finished_total counter\n";
+  out +=
+      "# HELP dspark_finished_total Generations by finish reason.\n"
+      "# TYPE dspark_finished_total counter\n";
   for (const auto& [finish, count] : finishes_) {
     out += fmt::format("dspark_finished_total{{reason=\"{}\"}} {}\n", finish, count);
   }
-  counter("dspark_prompt_tokens_total", "Prompt tokens, cached ones included.", prompt_tokens_, out);
+  counter("dspark_prompt_tokens_total", "Prompt tokens, cached ones included.", prompt_tokens_,
+          out);
   counter("dspark_cached_prompt_tokens_total", "Prompt tokens served from the prefix cache.",
           cached_tokens_, out);
   counter("dspark_generated_tokens_total", "Generated tokens, reasoning included.",

@@ -7,7 +7,9 @@
 
 namespace dspark::server {
 
-std::string sse_data(const nlohmann::json& data) { return "data: " + data.dump() + "\n\n"; }
+std::string sse_data(const nlohmann::json& data) {
+  return "data: " + data.dump() + "\n\n";
+}
 
 std::string sse_event(const std::string& name, const nlohmann::json& data) {
   return "event: " + name + "\ndata: " + data.dump() + "\n\n";
@@ -33,13 +35,15 @@ std::string content_text(const Json& content, const char* field) {
       text += part.get<std::string>();
       continue;
     }
-    if (!part.is_object()) throw ApiError(400, fmt::format("'{}' has a part that is not an object", field));
+    if (!part.is_object())
+      throw ApiError(400, fmt::format("'{}' has a part that is not an object", field));
     const std::string type = part.value("type", "text");
     if (type == "text" || type == "input_text" || type == "output_text") {
       text += json_string(part.value("text", Json()), "text");
     } else if (type == "image_url" || type == "input_image" || type == "input_audio" ||
                type == "image" || type == "file") {
-      throw ApiError(400, fmt::format("this model takes text only; '{}' content is not supported", type));
+      throw ApiError(
+          400, fmt::format("this model takes text only; '{}' content is not supported", type));
     }
   }
   return text;
@@ -85,17 +89,20 @@ void parse_sampling(const Json& body, ChatRequest& request) {
   }
   if (body.contains("top_p") && !body["top_p"].is_null()) {
     s.top_p = json_float(body["top_p"], "top_p");
-    if (*s.top_p <= 0 || *s.top_p > 1) throw ApiError(400, "'top_p' must be in (0, 1]", "", "top_p");
+    if (*s.top_p <= 0 || *s.top_p > 1)
+      throw ApiError(400, "'top_p' must be in (0, 1]", "", "top_p");
   }
   if (body.contains("top_k") && !body["top_k"].is_null()) {
     s.top_k = static_cast<int>(json_int(body["top_k"], "top_k"));
     if (*s.top_k < 0) s.top_k = 0;
   }
-  if (body.contains("min_p") && !body["min_p"].is_null()) s.min_p = json_float(body["min_p"], "min_p");
+  if (body.contains("min_p") && !body["min_p"].is_null())
+    s.min_p = json_float(body["min_p"], "min_p");
   auto penalty = [&](const char* field, float& out, float lo, float hi) {
     if (body.contains(field) && !body[field].is_null()) {
       out = json_float(body[field], field);
-      if (out < lo || out > hi) throw ApiError(400, fmt::format("'{}' must be in [{}, {}]", field, lo, hi), "", field);
+      if (out < lo || out > hi)
+        throw ApiError(400, fmt::format("'{}' must be in [{}, {}]", field, lo, hi), "", field);
     }
   };
   penalty("presence_penalty", s.presence_penalty, -2, 2);
@@ -109,7 +116,8 @@ void parse_sampling(const Json& body, ChatRequest& request) {
 
 void parse_common(const Json& body, ChatRequest& request) {
   if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
-  request.model = body.contains("model") && body["model"].is_string() ? body["model"].get<std::string>() : "";
+  request.model =
+      body.contains("model") && body["model"].is_string() ? body["model"].get<std::string>() : "";
   parse_sampling(body, request);
   for (const char* field : {"max_tokens", "max_completion_tokens"}) {
     if (body.contains(field) && !body[field].is_null()) {
@@ -120,7 +128,8 @@ void parse_common(const Json& body, ChatRequest& request) {
     }
   }
   if (body.contains("stop")) request.stop = json_string_list(body["stop"], "stop");
-  if (body.contains("stream") && !body["stream"].is_null()) request.stream = json_bool(body["stream"], "stream");
+  if (body.contains("stream") && !body["stream"].is_null())
+    request.stream = json_bool(body["stream"], "stream");
   if (body.contains("stream_options") && body["stream_options"].is_object()) {
     const Json& options = body["stream_options"];
     if (options.contains("include_usage")) {
@@ -134,7 +143,10 @@ void parse_common(const Json& body, ChatRequest& request) {
 
 Json base_chunk(const std::string& id, const std::string& object, const std::string& model,
                 int64_t created) {
-  return {{"id", id}, {"object", object}, {"created", created}, {"model", model},
+  return {{"id", id},
+          {"object", object},
+          {"created", created},
+          {"model", model},
           {"system_fingerprint", "dspark-0.1.0"}};
 }
 
@@ -143,10 +155,12 @@ Json logprobs_json(const GenerationSummary& summary) {
   for (const auto& entry : summary.logprobs) {
     Json top = Json::array();
     for (const auto& [token, logprob] : entry.top) {
-      top.push_back({{"token", token}, {"logprob", logprob},
+      top.push_back({{"token", token},
+                     {"logprob", logprob},
                      {"bytes", std::vector<uint8_t>(token.begin(), token.end())}});
     }
-    content.push_back({{"token", entry.token}, {"logprob", entry.logprob},
+    content.push_back({{"token", entry.token},
+                       {"logprob", entry.logprob},
                        {"bytes", std::vector<uint8_t>(entry.token.begin(), entry.token.end())},
                        {"top_logprobs", top}});
   }
@@ -173,11 +187,11 @@ class ChatStream : public StreamSerializer {
           out += chunk({{"content", event.text}}, Json());
           break;
         case OutputEvent::Kind::kToolCallStart:
-          out += chunk({{"tool_calls", Json::array({{{"index", event.index},
-                                                     {"id", random_id("call_")},
-                                                     {"type", "function"},
-                                                     {"function", {{"name", event.text},
-                                                                   {"arguments", ""}}}}})}},
+          out += chunk({{"tool_calls",
+                         Json::array({{{"index", event.index},
+                                       {"id", random_id("call_")},
+                                       {"type", "function"},
+                                       {"function", {{"name", event.text}, {"arguments", ""}}}}})}},
                        Json());
           break;
         case OutputEvent::Kind::kToolCallArguments:
@@ -194,7 +208,9 @@ class ChatStream : public StreamSerializer {
 
   std::string finish(const GenerationSummary& summary) override {
     Json last = base_chunk(id_, "chat.completion.chunk", request_.model, created_);
-    Json choice = {{"index", 0}, {"delta", Json::object()}, {"finish_reason", finish_reason(summary.finish)},
+    Json choice = {{"index", 0},
+                   {"delta", Json::object()},
+                   {"finish_reason", finish_reason(summary.finish)},
                    {"logprobs", request_.logprobs ? logprobs_json(summary) : Json()}};
     last["choices"] = Json::array({choice});
     last["usage"] = Json();
@@ -218,8 +234,8 @@ class ChatStream : public StreamSerializer {
  private:
   std::string chunk(const Json& delta, const Json& finish) {
     Json c = base_chunk(id_, "chat.completion.chunk", request_.model, created_);
-    c["choices"] = Json::array({{{"index", 0}, {"delta", delta}, {"logprobs", Json()},
-                                 {"finish_reason", finish}}});
+    c["choices"] = Json::array(
+        {{{"index", 0}, {"delta", delta}, {"logprobs", Json()}, {"finish_reason", finish}}});
     c["usage"] = Json();
     return sse_data(c);
   }
@@ -259,8 +275,8 @@ class CompletionStream : public StreamSerializer {
  private:
   std::string chunk(const std::string& text, const Json& finish) {
     Json c = base_chunk(id_, "text_completion", request_.model, created_);
-    c["choices"] = Json::array({{{"index", 0}, {"text", text}, {"logprobs", Json()},
-                                 {"finish_reason", finish}}});
+    c["choices"] = Json::array(
+        {{{"index", 0}, {"text", text}, {"logprobs", Json()}, {"finish_reason", finish}}});
     return sse_data(c);
   }
   const ChatRequest& request_;
@@ -272,9 +288,12 @@ class CompletionStream : public StreamSerializer {
 
 const char* finish_reason(Finish finish) {
   switch (finish) {
-    case Finish::length: return "length";
-    case Finish::tool_calls: return "tool_calls";
-    default: return "stop";
+    case Finish::length:
+      return "length";
+    case Finish::tool_calls:
+      return "tool_calls";
+    default:
+      return "stop";
   }
 }
 
@@ -314,7 +333,8 @@ ChatRequest parse_chat(const Json& body) {
       }
     }
     if (role == "tool") {
-      if (message.contains("tool_call_id")) out["tool_call_id"] = OrderedJson(message["tool_call_id"]);
+      if (message.contains("tool_call_id"))
+        out["tool_call_id"] = OrderedJson(message["tool_call_id"]);
       if (message.contains("name")) out["name"] = OrderedJson(message["name"]);
     }
     request.messages.push_back(out);
@@ -325,8 +345,9 @@ ChatRequest parse_chat(const Json& body) {
       for (const auto& tool : body["tools"]) {
         if (!tool.is_object() || !tool.contains("function") || !tool["function"].is_object() ||
             !tool["function"].contains("name")) {
-          throw ApiError(400, "each tool must be {\"type\": \"function\", \"function\": {\"name\", ...}}",
-                         "", "tools");
+          throw ApiError(
+              400, "each tool must be {\"type\": \"function\", \"function\": {\"name\", ...}}", "",
+              "tools");
         }
       }
       request.tools = OrderedJson(body["tools"]);
@@ -337,8 +358,10 @@ ChatRequest parse_chat(const Json& body) {
   }
   if (body.contains("top_logprobs") && !body["top_logprobs"].is_null()) {
     const int64_t top = json_int(body["top_logprobs"], "top_logprobs");
-    if (top < 0 || top > 20) throw ApiError(400, "'top_logprobs' must be in [0, 20]", "", "top_logprobs");
-    if (!request.logprobs) throw ApiError(400, "'top_logprobs' requires 'logprobs': true", "", "top_logprobs");
+    if (top < 0 || top > 20)
+      throw ApiError(400, "'top_logprobs' must be in [0, 20]", "", "top_logprobs");
+    if (!request.logprobs)
+      throw ApiError(400, "'top_logprobs' requires 'logprobs': true", "", "top_logprobs");
     request.sampling.top_logprobs = static_cast<int>(top);
   }
   if (body.contains("response_format") && body["response_format"].is_object()) {
@@ -358,7 +381,8 @@ ChatRequest parse_chat(const Json& body) {
       request.enable_thinking = true;
       request.template_kwargs["reasoning_effort"] = effort;
     } else {
-      throw ApiError(400, fmt::format("unknown reasoning_effort '{}'", effort), "", "reasoning_effort");
+      throw ApiError(400, fmt::format("unknown reasoning_effort '{}'", effort), "",
+                     "reasoning_effort");
     }
   }
   if (body.contains("enable_thinking") && !body["enable_thinking"].is_null()) {
@@ -367,8 +391,10 @@ ChatRequest parse_chat(const Json& body) {
   if (body.contains("chat_template_kwargs") && !body["chat_template_kwargs"].is_null()) {
     const Json& kwargs = body["chat_template_kwargs"];
     if (!kwargs.is_object()) throw ApiError(400, "'chat_template_kwargs' must be an object");
-    if (kwargs.contains("enable_thinking")) json_bool(kwargs["enable_thinking"], "chat_template_kwargs.enable_thinking");
-    for (const auto& [key, value] : kwargs.items()) request.template_kwargs[key] = OrderedJson(value);
+    if (kwargs.contains("enable_thinking"))
+      json_bool(kwargs["enable_thinking"], "chat_template_kwargs.enable_thinking");
+    for (const auto& [key, value] : kwargs.items())
+      request.template_kwargs[key] = OrderedJson(value);
   }
   return request;
 }
@@ -399,23 +425,26 @@ ChatRequest parse_completion(const Json& body) {
 
 Json chat_response(const ChatRequest& request, const ParsedOutput& output,
                    const GenerationSummary& summary, const std::string& id) {
-  Json message = {{"role", "assistant"},
-                  {"content", output.content.empty() && !output.tool_calls.empty()
-                                  ? Json()
-                                  : Json(output.content)}};
+  Json message = {
+      {"role", "assistant"},
+      {"content",
+       output.content.empty() && !output.tool_calls.empty() ? Json() : Json(output.content)}};
   if (!output.reasoning.empty()) message["reasoning_content"] = output.reasoning;
   if (!output.tool_calls.empty()) {
     Json calls = Json::array();
     for (const auto& call : output.tool_calls) {
-      calls.push_back({{"id", random_id("call_")}, {"type", "function"},
+      calls.push_back({{"id", random_id("call_")},
+                       {"type", "function"},
                        {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
     }
     message["tool_calls"] = calls;
   }
   Json response = base_chunk(id, "chat.completion", request.model, std::time(nullptr));
-  response["choices"] = Json::array({{{"index", 0}, {"message", message},
-                                      {"logprobs", request.logprobs ? logprobs_json(summary) : Json()},
-                                      {"finish_reason", finish_reason(summary.finish)}}});
+  response["choices"] =
+      Json::array({{{"index", 0},
+                    {"message", message},
+                    {"logprobs", request.logprobs ? logprobs_json(summary) : Json()},
+                    {"finish_reason", finish_reason(summary.finish)}}});
   response["usage"] = usage_json(summary.usage);
   response["x_dspark"] = summary.stats;
   return response;
@@ -424,7 +453,9 @@ Json chat_response(const ChatRequest& request, const ParsedOutput& output,
 Json completion_response(const ChatRequest& request, const ParsedOutput& output,
                          const GenerationSummary& summary, const std::string& id) {
   Json response = base_chunk(id, "text_completion", request.model, std::time(nullptr));
-  response["choices"] = Json::array({{{"index", 0}, {"text", output.content}, {"logprobs", Json()},
+  response["choices"] = Json::array({{{"index", 0},
+                                      {"text", output.content},
+                                      {"logprobs", Json()},
                                       {"finish_reason", finish_reason(summary.finish)}}});
   response["usage"] = usage_json(summary.usage);
   response["x_dspark"] = summary.stats;

@@ -24,7 +24,7 @@ struct PrefixCacheOptions {
 // A state checked out for one generation.
 struct CacheLease {
   ModelState state;
-  int64_t cached_tokens = 0;  // prompt tokens the state already holds
+  int64_t cached_tokens = 0;               // prompt tokens the state already holds
   std::vector<StateSnapshot> checkpoints;  // all are prefixes of the new prompt
 };
 

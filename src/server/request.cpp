@@ -9,26 +9,43 @@ namespace dspark::server {
 std::string error_type(Dialect dialect, int status) {
   if (dialect == Dialect::anthropic) {
     switch (status) {
-      case 401: return "authentication_error";
-      case 402: return "billing_error";
-      case 403: return "permission_error";
-      case 404: return "not_found_error";
-      case 413: return "request_too_large";
-      case 429: return "rate_limit_error";
-      case 503: return "overloaded_error";
-      case 529: return "overloaded_error";
-      default: return status >= 500 ? "api_error" : "invalid_request_error";
+      case 401:
+        return "authentication_error";
+      case 402:
+        return "billing_error";
+      case 403:
+        return "permission_error";
+      case 404:
+        return "not_found_error";
+      case 413:
+        return "request_too_large";
+      case 429:
+        return "rate_limit_error";
+      case 503:
+        return "overloaded_error";
+      case 529:
+        return "overloaded_error";
+      default:
+        return status >= 500 ? "api_error" : "invalid_request_error";
     }
   }
   switch (status) {
-    case 401: return "authentication_error";
-    case 403: return "permission_error";
-    case 404: return "not_found_error";
-    case 413: return "invalid_request_error";
-    case 429: return "rate_limit_error";
-    case 501: return "not_supported_error";
-    case 503: return "unavailable_error";
-    default: return status >= 500 ? "server_error" : "invalid_request_error";
+    case 401:
+      return "authentication_error";
+    case 403:
+      return "permission_error";
+    case 404:
+      return "not_found_error";
+    case 413:
+      return "invalid_request_error";
+    case 429:
+      return "rate_limit_error";
+    case 501:
+      return "not_supported_error";
+    case 503:
+      return "unavailable_error";
+    default:
+      return status >= 500 ? "server_error" : "invalid_request_error";
   }
 }
 
@@ -53,7 +70,8 @@ nlohmann::json error_body(Dialect dialect, const ApiError& error) {
 }
 
 float json_float(const nlohmann::json& value, const char* field) {
-  if (!value.is_number()) throw ApiError(400, fmt::format("'{}' must be a number", field), "", field);
+  if (!value.is_number())
+    throw ApiError(400, fmt::format("'{}' must be a number", field), "", field);
   return value.get<float>();
 }
 
@@ -61,18 +79,21 @@ int64_t json_int(const nlohmann::json& value, const char* field) {
   if (value.is_number_integer()) return value.get<int64_t>();
   if (value.is_number_float()) {
     const double number = value.get<double>();
-    if (number == static_cast<double>(static_cast<int64_t>(number))) return static_cast<int64_t>(number);
+    if (number == static_cast<double>(static_cast<int64_t>(number)))
+      return static_cast<int64_t>(number);
   }
   throw ApiError(400, fmt::format("'{}' must be an integer", field), "", field);
 }
 
 bool json_bool(const nlohmann::json& value, const char* field) {
-  if (!value.is_boolean()) throw ApiError(400, fmt::format("'{}' must be a boolean", field), "", field);
+  if (!value.is_boolean())
+    throw ApiError(400, fmt::format("'{}' must be a boolean", field), "", field);
   return value.get<bool>();
 }
 
 std::string json_string(const nlohmann::json& value, const char* field) {
-  if (!value.is_string()) throw ApiError(400, fmt::format("'{}' must be a string", field), "", field);
+  if (!value.is_string())
+    throw ApiError(400, fmt::format("'{}' must be a string", field), "", field);
   return value.get<std::string>();
 }
 
@@ -80,7 +101,8 @@ std::vector<std::string> json_string_list(const nlohmann::json& value, const cha
   if (value.is_null()) return {};
   if (value.is_string()) return {value.get<std::string>()};
   if (!value.is_array()) {
-    throw ApiError(400, fmt::format("'{}' must be a string or a list of strings", field), "", field);
+    throw ApiError(400, fmt::format("'{}' must be a string or a list of strings", field), "",
+                   field);
   }
   std::vector<std::string> out;
   for (const auto& item : value) {

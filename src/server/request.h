@@ -19,7 +19,9 @@ enum class Dialect { openai, anthropic, responses };
 class ApiError : public std::runtime_error {
  public:
   ApiError(int status, std::string message, std::string code = "", std::string param = "")
-      : std::runtime_error(message), status_(status), code_(std::move(code)),
+      : std::runtime_error(message),
+        status_(status),
+        code_(std::move(code)),
         param_(std::move(param)) {}
   int status() const { return status_; }
   const std::string& code() const { return code_; }

@@ -33,7 +33,7 @@ Json usage_json(const Usage& usage) {
 }
 
 Json base(const ChatRequest& request, const std::string& id, const std::string& status) {
-  return {{"id", id}, {"object", "response"}, {"created_at", std::time(nullptr)},
+  return {{"id", id},         {"object", "response"},   {"created_at", std::time(nullptr)},
           {"status", status}, {"model", request.model}, {"output", Json::array()}};
 }
 
@@ -51,17 +51,24 @@ class Stream : public StreamSerializer {
       } else if (e.kind == OutputEvent::Kind::kContent) {
         if (!text_open_) {
           text_open_ = true;
-          out += event("response.output_item.added",
-                       {{"output_index", 0}, {"item", {{"type", "message"}, {"id", message_id_},
-                                                       {"role", "assistant"}, {"status", "in_progress"},
-                                                       {"content", Json::array()}}}});
+          out += event("response.output_item.added", {{"output_index", 0},
+                                                      {"item",
+                                                       {{"type", "message"},
+                                                        {"id", message_id_},
+                                                        {"role", "assistant"},
+                                                        {"status", "in_progress"},
+                                                        {"content", Json::array()}}}});
           out += event("response.content_part.added",
-                       {{"item_id", message_id_}, {"output_index", 0}, {"content_index", 0},
+                       {{"item_id", message_id_},
+                        {"output_index", 0},
+                        {"content_index", 0},
                         {"part", {{"type", "output_text"}, {"text", ""}}}});
         }
         output_.content += e.text;
-        out += event("response.output_text.delta", {{"item_id", message_id_}, {"output_index", 0},
-                                                    {"content_index", 0}, {"delta", e.text}});
+        out += event("response.output_text.delta", {{"item_id", message_id_},
+                                                    {"output_index", 0},
+                                                    {"content_index", 0},
+                                                    {"delta", e.text}});
       } else if (e.kind == OutputEvent::Kind::kToolCallStart) {
         output_.tool_calls.push_back({e.text, ""});
       } else if (e.kind == OutputEvent::Kind::kToolCallArguments) {
@@ -73,28 +80,35 @@ class Stream : public StreamSerializer {
   std::string finish(const GenerationSummary& summary) override {
     std::string out;
     if (text_open_) {
-      out += event("response.output_text.done", {{"item_id", message_id_}, {"output_index", 0},
-                                                 {"content_index", 0}, {"text", output_.content}});
+      out += event("response.output_text.done", {{"item_id", message_id_},
+                                                 {"output_index", 0},
+                                                 {"content_index", 0},
+                                                 {"text", output_.content}});
       out += event("response.content_part.done",
-                   {{"item_id", message_id_}, {"output_index", 0}, {"content_index", 0},
+                   {{"item_id", message_id_},
+                    {"output_index", 0},
+                    {"content_index", 0},
                     {"part", {{"type", "output_text"}, {"text", output_.content}}}});
       out += event("response.output_item.done",
                    {{"output_index", 0}, {"item", message_item(output_.content)}});
     }
     int index = text_open_ ? 1 : 0;
     for (const auto& call : output_.tool_calls) {
-      Json item = {{"type", "function_call"}, {"id", random_id("fc_")}, {"call_id", random_id("call_")},
-                   {"name", call.name}, {"arguments", call.arguments}, {"status", "completed"}};
+      Json item = {{"type", "function_call"},       {"id", random_id("fc_")},
+                   {"call_id", random_id("call_")}, {"name", call.name},
+                   {"arguments", call.arguments},   {"status", "completed"}};
       out += event("response.output_item.added", {{"output_index", index}, {"item", item}});
       out += event("response.function_call_arguments.delta",
                    {{"item_id", item["id"]}, {"output_index", index}, {"delta", call.arguments}});
-      out += event("response.function_call_arguments.done",
-                   {{"item_id", item["id"]}, {"output_index", index}, {"arguments", call.arguments}});
+      out +=
+          event("response.function_call_arguments.done",
+                {{"item_id", item["id"]}, {"output_index", index}, {"arguments", call.arguments}});
       out += event("response.output_item.done", {{"output_index", index}, {"item", item}});
       ++index;
     }
     const Json body = response(request_, output_, summary, id_);
-    const std::string name = body["status"] == "incomplete" ? "response.incomplete" : "response.completed";
+    const std::string name =
+        body["status"] == "incomplete" ? "response.incomplete" : "response.completed";
     return out + event(name, {{"response", body}});
   }
   std::string keepalive() override { return ": keepalive\n\n"; }
@@ -104,8 +118,13 @@ class Stream : public StreamSerializer {
 
  private:
   Json message_item(const std::string& text) const {
-    return {{"type", "message"}, {"id", message_id_}, {"role", "assistant"}, {"status", "completed"},
-            {"content", Json::array({{{"type", "output_text"}, {"text", text}, {"annotations", Json::array()}}})}};
+    return {
+        {"type", "message"},
+        {"id", message_id_},
+        {"role", "assistant"},
+        {"status", "completed"},
+        {"content",
+         Json::array({{{"type", "output_text"}, {"text", text}, {"annotations", Json::array()}}})}};
   }
   std::string event(const std::string& name, Json data) {
     data["type"] = name;
@@ -126,9 +145,11 @@ ChatRequest parse(const Json& body) {
   if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
   ChatRequest request;
   request.dialect = Dialect::responses;
-  request.model = body.contains("model") && body["model"].is_string() ? body["model"].get<std::string>() : "";
+  request.model =
+      body.contains("model") && body["model"].is_string() ? body["model"].get<std::string>() : "";
   if (body.contains("instructions") && body["instructions"].is_string()) {
-    request.messages.push_back({{"role", "system"}, {"content", body["instructions"].get<std::string>()}});
+    request.messages.push_back(
+        {{"role", "system"}, {"content", body["instructions"].get<std::string>()}});
   }
   const Json input = body.value("input", Json());
   if (input.is_string()) {
@@ -143,7 +164,8 @@ ChatRequest parse(const Json& body) {
         if (role != "system" && role != "user" && role != "assistant") {
           throw ApiError(400, fmt::format("unknown message role '{}'", role), "", "input");
         }
-        request.messages.push_back({{"role", role}, {"content", item_text(item.value("content", Json()))}});
+        request.messages.push_back(
+            {{"role", role}, {"content", item_text(item.value("content", Json()))}});
       } else if (type == "function_call") {
         OrderedJson arguments = OrderedJson::object();
         try {
@@ -151,13 +173,17 @@ ChatRequest parse(const Json& body) {
         } catch (const nlohmann::json::exception&) {
         }
         request.messages.push_back(
-            {{"role", "assistant"}, {"content", ""},
-             {"tool_calls", OrderedJson::array({{{"id", item.value("call_id", "")}, {"type", "function"},
-                                                 {"function", {{"name", item.value("name", "")},
-                                                               {"arguments", arguments}}}}})}});
+            {{"role", "assistant"},
+             {"content", ""},
+             {"tool_calls", OrderedJson::array({{{"id", item.value("call_id", "")},
+                                                 {"type", "function"},
+                                                 {"function",
+                                                  {{"name", item.value("name", "")},
+                                                   {"arguments", arguments}}}}})}});
       } else if (type == "function_call_output") {
-        request.messages.push_back({{"role", "tool"}, {"tool_call_id", item.value("call_id", "")},
-                                    {"content", item_text(item.value("output", Json(""))) }});
+        request.messages.push_back({{"role", "tool"},
+                                    {"tool_call_id", item.value("call_id", "")},
+                                    {"content", item_text(item.value("output", Json("")))}});
       }
     }
   }
@@ -170,9 +196,10 @@ ChatRequest parse(const Json& body) {
     for (const auto& tool : body["tools"]) {
       if (!tool.is_object() || tool.value("type", "") != "function") continue;
       tools.push_back({{"type", "function"},
-                       {"function", {{"name", json_string(tool.value("name", Json()), "tools.name")},
-                                     {"description", tool.value("description", "")},
-                                     {"parameters", OrderedJson(tool.value("parameters", Json::object()))}}}});
+                       {"function",
+                        {{"name", json_string(tool.value("name", Json()), "tools.name")},
+                         {"description", tool.value("description", "")},
+                         {"parameters", OrderedJson(tool.value("parameters", Json::object()))}}}});
     }
     if (!tools.empty()) request.tools = tools;
   }
@@ -183,12 +210,16 @@ ChatRequest parse(const Json& body) {
   if (body.contains("temperature") && !body["temperature"].is_null()) {
     request.sampling.temperature = json_float(body["temperature"], "temperature");
   }
-  if (body.contains("top_p") && !body["top_p"].is_null()) request.sampling.top_p = json_float(body["top_p"], "top_p");
-  if (body.contains("stream") && !body["stream"].is_null()) request.stream = json_bool(body["stream"], "stream");
+  if (body.contains("top_p") && !body["top_p"].is_null())
+    request.sampling.top_p = json_float(body["top_p"], "top_p");
+  if (body.contains("stream") && !body["stream"].is_null())
+    request.stream = json_bool(body["stream"], "stream");
   if (body.contains("reasoning") && body["reasoning"].is_object()) {
     const std::string effort = body["reasoning"].value("effort", "");
-    if (effort == "none") request.enable_thinking = false;
-    else if (!effort.empty()) request.enable_thinking = true;
+    if (effort == "none")
+      request.enable_thinking = false;
+    else if (!effort.empty())
+      request.enable_thinking = true;
   }
   return request;
 }
@@ -198,19 +229,27 @@ Json response(const ChatRequest& request, const ParsedOutput& output,
   const bool incomplete = summary.finish == Finish::length;
   Json body = base(request, id, incomplete ? "incomplete" : "completed");
   if (!output.reasoning.empty()) {
-    body["output"].push_back({{"type", "reasoning"}, {"id", random_id("rs_")},
-                              {"summary", Json::array({{{"type", "summary_text"}, {"text", output.reasoning}}})}});
+    body["output"].push_back(
+        {{"type", "reasoning"},
+         {"id", random_id("rs_")},
+         {"summary", Json::array({{{"type", "summary_text"}, {"text", output.reasoning}}})}});
   }
   for (const auto& call : output.tool_calls) {
-    body["output"].push_back({{"type", "function_call"}, {"id", random_id("fc_")},
-                              {"call_id", random_id("call_")}, {"name", call.name},
-                              {"arguments", call.arguments}, {"status", "completed"}});
+    body["output"].push_back({{"type", "function_call"},
+                              {"id", random_id("fc_")},
+                              {"call_id", random_id("call_")},
+                              {"name", call.name},
+                              {"arguments", call.arguments},
+                              {"status", "completed"}});
   }
   if (!output.content.empty() || output.tool_calls.empty()) {
-    body["output"].push_back(
-        {{"type", "message"}, {"id", random_id("msg_")}, {"role", "assistant"}, {"status", "completed"},
-         {"content", Json::array({{{"type", "output_text"}, {"text", output.content},
-                                   {"annotations", Json::array()}}})}});
+    body["output"].push_back({{"type", "message"},
+                              {"id", random_id("msg_")},
+                              {"role", "assistant"},
+                              {"status", "completed"},
+                              {"content", Json::array({{{"type", "output_text"},
+                                                        {"text", output.content},
+                                                        {"annotations", Json::array()}}})}});
   }
   body["incomplete_details"] = incomplete ? Json({{"reason", "max_output_tokens"}}) : Json();
   body["usage"] = usage_json(summary.usage);

@@ -25,9 +25,12 @@ enum class Route { chat, completion, messages, count_tokens, responses };
 Dialect dialect_of(Route route) {
   switch (route) {
     case Route::messages:
-    case Route::count_tokens: return Dialect::anthropic;
-    case Route::responses: return Dialect::responses;
-    default: return Dialect::openai;
+    case Route::count_tokens:
+      return Dialect::anthropic;
+    case Route::responses:
+      return Dialect::responses;
+    default:
+      return Dialect::openai;
   }
 }
 
@@ -58,8 +61,10 @@ int find_client_socket(const httplib::Request& req, int local_port) {
     if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) continue;
     if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0) continue;
     auto port_of = [](const sockaddr_storage& a) {
-      if (a.ss_family == AF_INET) return int(ntohs(reinterpret_cast<const sockaddr_in&>(a).sin_port));
-      if (a.ss_family == AF_INET6) return int(ntohs(reinterpret_cast<const sockaddr_in6&>(a).sin6_port));
+      if (a.ss_family == AF_INET)
+        return int(ntohs(reinterpret_cast<const sockaddr_in&>(a).sin_port));
+      if (a.ss_family == AF_INET6)
+        return int(ntohs(reinterpret_cast<const sockaddr_in6&>(a).sin6_port));
       return -1;
     };
     if (port_of(peer) == req.remote_port && port_of(local) == local_port) {
@@ -89,12 +94,18 @@ int64_t current_rss_bytes() {
 
 const char* finish_name(Finish finish) {
   switch (finish) {
-    case Finish::stop: return "stop";
-    case Finish::length: return "length";
-    case Finish::stop_sequence: return "stop_sequence";
-    case Finish::tool_calls: return "tool_calls";
-    case Finish::cancelled: return "cancelled";
-    case Finish::error: return "error";
+    case Finish::stop:
+      return "stop";
+    case Finish::length:
+      return "length";
+    case Finish::stop_sequence:
+      return "stop_sequence";
+    case Finish::tool_calls:
+      return "tool_calls";
+    case Finish::cancelled:
+      return "cancelled";
+    case Finish::error:
+      return "error";
   }
   return "";
 }
@@ -120,15 +131,18 @@ struct Server::Impl {
     res.set_content(error_body(dialect, error).dump(), "application/json");
   }
 
-  void log_request(const std::string& id, const std::string& endpoint, int status,
-                   const Job* job, const GenerationSummary* summary, double start) {
+  void log_request(const std::string& id, const std::string& endpoint, int status, const Job* job,
+                   const GenerationSummary* summary, double start) {
     RequestRecord record;
     record.endpoint = endpoint;
     record.status = status;
     double now = now_seconds();
     record.e2e_seconds = now - start;
-    Json line = {{"ts", std::time(nullptr)}, {"request_id", id}, {"endpoint", endpoint},
-                 {"status", status}, {"total_ms", std::lround((now - start) * 1000)}};
+    Json line = {{"ts", std::time(nullptr)},
+                 {"request_id", id},
+                 {"endpoint", endpoint},
+                 {"status", status},
+                 {"total_ms", std::lround((now - start) * 1000)}};
     if (job) {
       line["model"] = job->request.model;
       if (job->started >= 0) {
@@ -148,7 +162,8 @@ struct Server::Impl {
       record.reasoning_tokens = summary->usage.reasoning_tokens;
       const Json& stats = summary->stats;
       if (stats.contains("decode_seconds") && record.completion_tokens > 1) {
-        record.seconds_per_token = stats["decode_seconds"].get<double>() / (record.completion_tokens - 1);
+        record.seconds_per_token =
+            stats["decode_seconds"].get<double>() / (record.completion_tokens - 1);
       }
       record.rounds = stats.value("target_forwards", int64_t{0});
       record.drafted = stats.value("drafted", int64_t{0});
@@ -173,8 +188,8 @@ struct Server::Impl {
   void handle_generation(const httplib::Request& req, httplib::Response& res, Route route) {
     const double start = now_seconds();
     const Dialect dialect = dialect_of(route);
-    const std::string id = route == Route::messages ? random_id("msg_")
-                           : route == Route::responses ? random_id("resp_")
+    const std::string id = route == Route::messages     ? random_id("msg_")
+                           : route == Route::responses  ? random_id("resp_")
                            : route == Route::completion ? random_id("cmpl-")
                                                         : random_id("chatcmpl-");
     const std::string request_id = random_id("req_");
@@ -192,11 +207,19 @@ struct Server::Impl {
       }
       ChatRequest request;
       switch (route) {
-        case Route::chat: request = openai::parse_chat(body); break;
-        case Route::completion: request = openai::parse_completion(body); break;
+        case Route::chat:
+          request = openai::parse_chat(body);
+          break;
+        case Route::completion:
+          request = openai::parse_completion(body);
+          break;
         case Route::messages:
-        case Route::count_tokens: request = anthropic::parse_messages(body, route == Route::count_tokens); break;
-        case Route::responses: request = responses::parse(body); break;
+        case Route::count_tokens:
+          request = anthropic::parse_messages(body, route == Route::count_tokens);
+          break;
+        case Route::responses:
+          request = responses::parse(body);
+          break;
       }
       if (request.model.empty()) request.model = engine->bundle().name;
       PreparedPrompt prompt = engine->prepare(request);
@@ -240,10 +263,18 @@ struct Server::Impl {
     const ParsedOutput output = collect_events(events);
     Json body;
     switch (route) {
-      case Route::chat: body = openai::chat_response(job->request, output, *summary, id); break;
-      case Route::completion: body = openai::completion_response(job->request, output, *summary, id); break;
-      case Route::responses: body = responses::response(job->request, output, *summary, id); break;
-      default: body = anthropic::messages_response(job->request, output, *summary, id); break;
+      case Route::chat:
+        body = openai::chat_response(job->request, output, *summary, id);
+        break;
+      case Route::completion:
+        body = openai::completion_response(job->request, output, *summary, id);
+        break;
+      case Route::responses:
+        body = responses::response(job->request, output, *summary, id);
+        break;
+      default:
+        body = anthropic::messages_response(job->request, output, *summary, id);
+        break;
     }
     res.set_content(body.dump(-1, ' ', false, Json::error_handler_t::replace), "application/json");
     log_request(request_id, req.path, summary->finish == Finish::cancelled ? 499 : 200, job.get(),
@@ -251,14 +282,22 @@ struct Server::Impl {
   }
 
   void stream(const httplib::Request& req, httplib::Response& res, Route route,
-              const std::shared_ptr<Job>& job, const std::string& id,
-              const std::string& request_id, int fd, double start) {
+              const std::shared_ptr<Job>& job, const std::string& id, const std::string& request_id,
+              int fd, double start) {
     std::shared_ptr<StreamSerializer> serializer;
     switch (route) {
-      case Route::chat: serializer = openai::chat_stream(job->request, id); break;
-      case Route::completion: serializer = openai::completion_stream(job->request, id); break;
-      case Route::responses: serializer = responses::stream(job->request, id); break;
-      default: serializer = anthropic::messages_stream(job->request, id); break;
+      case Route::chat:
+        serializer = openai::chat_stream(job->request, id);
+        break;
+      case Route::completion:
+        serializer = openai::completion_stream(job->request, id);
+        break;
+      case Route::responses:
+        serializer = responses::stream(job->request, id);
+        break;
+      default:
+        serializer = anthropic::messages_stream(job->request, id);
+        break;
     }
     res.set_header("Cache-Control", "no-cache");
     struct StreamState {
@@ -328,14 +367,15 @@ struct Server::Impl {
     http.set_keep_alive_max_count(1000);
     const int threads = owner.options_.http_threads > 0 ? owner.options_.http_threads : 96;
     http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-    http.set_default_headers({{"Access-Control-Allow-Origin", "*"},
-                              {"Access-Control-Allow-Methods", "GET, POST, OPTIONS, HEAD"},
-                              {"Access-Control-Allow-Headers",
-                               "authorization, content-type, x-api-key, anthropic-version, "
-                               "anthropic-beta, x-stainless-arch, x-stainless-lang, "
-                               "x-stainless-os, x-stainless-package-version, x-stainless-retry-count, "
-                               "x-stainless-runtime, x-stainless-runtime-version, "
-                               "x-stainless-timeout, anthropic-dangerous-direct-browser-access"}});
+    http.set_default_headers(
+        {{"Access-Control-Allow-Origin", "*"},
+         {"Access-Control-Allow-Methods", "GET, POST, OPTIONS, HEAD"},
+         {"Access-Control-Allow-Headers",
+          "authorization, content-type, x-api-key, anthropic-version, "
+          "anthropic-beta, x-stainless-arch, x-stainless-lang, "
+          "x-stainless-os, x-stainless-package-version, x-stainless-retry-count, "
+          "x-stainless-runtime, x-stainless-runtime-version, "
+          "x-stainless-timeout, anthropic-dangerous-direct-browser-access"}});
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       if (req.method == "OPTIONS") {
         res.status = 204;
@@ -359,22 +399,25 @@ struct Server::Impl {
     http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
       const Dialect dialect = dialect_of_path(req.path);
-      std::string message = res.status == 404 ? fmt::format("unknown route {} {}", req.method, req.path)
+      std::string message = res.status == 404
+                                ? fmt::format("unknown route {} {}", req.method, req.path)
                             : res.status == 413 ? "the request body is too large"
                                                 : fmt::format("HTTP error {}", res.status);
       res.set_content(error_body(dialect, res.status, message).dump(), "application/json");
     });
-    http.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
-      std::string message = "internal error";
-      try {
-        std::rethrow_exception(ep);
-      } catch (const std::exception& e) {
-        message = e.what();
-      } catch (...) {
-      }
-      res.status = 500;
-      res.set_content(error_body(dialect_of_path(req.path), 500, message).dump(), "application/json");
-    });
+    http.set_exception_handler(
+        [](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
+          std::string message = "internal error";
+          try {
+            std::rethrow_exception(ep);
+          } catch (const std::exception& e) {
+            message = e.what();
+          } catch (...) {
+          }
+          res.status = 500;
+          res.set_content(error_body(dialect_of_path(req.path), 500, message).dump(),
+                          "application/json");
+        });
 
     auto route = [this](const std::string& suffix, Route kind) {
       const std::string pattern = "(?:/v1)?" + suffix + "/?";
@@ -392,28 +435,36 @@ struct Server::Impl {
       auto engine = current_engine();
       if (!engine) {
         res.status = 503;
-        res.set_content(Json({{"status", "loading"},
-                              {"error", {{"code", 503}, {"message", "Loading model"},
-                                         {"type", "unavailable_error"}}}}).dump(),
-                        "application/json");
+        res.set_content(
+            Json({{"status", "loading"},
+                  {"error",
+                   {{"code", 503}, {"message", "Loading model"}, {"type", "unavailable_error"}}}})
+                .dump(),
+            "application/json");
         return;
       }
-      res.set_content(Json({{"status", "ok"}, {"model", engine->bundle().name},
+      res.set_content(Json({{"status", "ok"},
+                            {"model", engine->bundle().name},
                             {"architecture", engine->bundle().model->architecture()},
                             {"mode", engine->mode_name()},
                             {"context_window", engine->context_window()},
                             {"max_output_tokens", engine->options().max_tokens_cap},
-                            {"prefix_cache", engine->options().prefix_cache.enabled}}).dump(),
+                            {"prefix_cache", engine->options().prefix_cache.enabled}})
+                          .dump(),
                       "application/json");
     });
     http.Get("(?:/v1)?/models/?", [this](const httplib::Request&, httplib::Response& res) {
       auto engine = current_engine();
       Json data = Json::array();
       if (engine) {
-        data.push_back({{"id", engine->bundle().name}, {"object", "model"}, {"created", std::time(nullptr)},
-                        {"owned_by", "dspark"}, {"context_window", engine->context_window()},
+        data.push_back({{"id", engine->bundle().name},
+                        {"object", "model"},
+                        {"created", std::time(nullptr)},
+                        {"owned_by", "dspark"},
+                        {"context_window", engine->context_window()},
                         {"max_model_len", engine->context_window()},
-                        {"display_name", fmt::format("{} (dspark {})", engine->bundle().name, engine->mode_name())}});
+                        {"display_name", fmt::format("{} (dspark {})", engine->bundle().name,
+                                                     engine->mode_name())}});
       }
       res.set_content(Json({{"object", "list"}, {"data", data}}).dump(), "application/json");
     });
@@ -438,7 +489,8 @@ struct Server::Impl {
   }
 };
 
-Server::Server(ServerOptions options) : options_(std::move(options)), impl_(std::make_unique<Impl>(*this)) {
+Server::Server(ServerOptions options)
+    : options_(std::move(options)), impl_(std::make_unique<Impl>(*this)) {
   impl_->setup();
 }
 
@@ -464,7 +516,9 @@ int Server::bind() {
   return impl_->port;
 }
 
-void Server::listen() { impl_->http.listen_after_bind(); }
+void Server::listen() {
+  impl_->http.listen_after_bind();
+}
 
 void Server::stop() {
   {

@@ -15,10 +15,14 @@ constexpr int kFallbackCap = 2;
 
 const char* decode_mode_name(DecodeMode mode) {
   switch (mode) {
-    case DecodeMode::baseline: return "baseline";
-    case DecodeMode::lookup: return "lookup";
-    case DecodeMode::dspark: return "dspark";
-    case DecodeMode::dflash: return "dflash";
+    case DecodeMode::baseline:
+      return "baseline";
+    case DecodeMode::lookup:
+      return "lookup";
+    case DecodeMode::dspark:
+      return "dspark";
+    case DecodeMode::dflash:
+      return "dflash";
   }
   return "?";
 }
@@ -45,7 +49,8 @@ GenerationResult run_generation(const Model& model, const std::vector<int32_t>& 
   }
   if (options.mode == DecodeMode::lookup) {
     const int max_draft = options.max_draft.value_or(kLookupMaxDraft);
-    LookupDrafter lookup(LookupParams{3, 4, max_draft, std::max(max_draft, options.lookup_long_draft)});
+    LookupDrafter lookup(
+        LookupParams{3, 4, max_draft, std::max(max_draft, options.lookup_long_draft)});
     FixedCap cap(std::max(max_draft, options.lookup_long_draft));
     out.cap = max_draft;
     SpeculativeGenerator generator(model, lookup, cap);

@@ -22,7 +22,7 @@ struct DecodeOptions {
   DecodeMode mode = DecodeMode::baseline;
   // Drafts per round; nullopt = derived (the cap policy chooses, see cap_policy_factory).
   std::optional<int> max_draft;
-  bool auto_cap = false;    // --max-draft auto: the per-round controller
+  bool auto_cap = false;       // --max-draft auto: the per-round controller
   bool lookup_drafts = false;  // hybrid lookup pre-step inside dspark / dflash modes
   int lookup_long_draft = 32;  // long-draft ceiling of lookup drafts
 };
@@ -41,8 +41,8 @@ using CapPolicyFactory = std::function<std::unique_ptr<CapPolicy>(const DecodeOp
 
 struct DecodeSetup {
   DecodeOptions options;
-  DrafterFactory drafter;        // required for dspark / dflash
-  CapPolicyFactory cap_policy;   // optional
+  DrafterFactory drafter;       // required for dspark / dflash
+  CapPolicyFactory cap_policy;  // optional
 };
 
 GenerationResult run_generation(const Model& model, const std::vector<int32_t>& prompt,

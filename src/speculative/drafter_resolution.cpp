@@ -306,9 +306,8 @@ DecodeSetup decode_setup_from_options(const Model& target, DecodeOptions decode,
     std::string error;
     setup.cap_policy = calibrated_cap_policy(target, setup.drafter, calibration, max_cap,
                                              choice.mode == DecodeMode::dspark, &error);
-    explanation += error.empty()
-                       ? "; cap measured for this model+quant (override with --max-draft)"
-                       : "; calibration failed (" + error + "), cap 2";
+    explanation += error.empty() ? "; cap measured for this model+quant (override with --max-draft)"
+                                 : "; calibration failed (" + error + "), cap 2";
   }
   return setup;
 }

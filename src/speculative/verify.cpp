@@ -102,7 +102,8 @@ GenerationResult SpeculativeGenerator::generate(const std::vector<int32_t>& prom
     CommittedToken token;
     token.id = id;
     token.logprob = logprob_of(raw_logits, vocab, id);
-    if (sampling.top_logprobs > 0) token.alternatives = top_logprobs(raw_logits, vocab, sampling.top_logprobs);
+    if (sampling.top_logprobs > 0)
+      token.alternatives = top_logprobs(raw_logits, vocab, sampling.top_logprobs);
     counts.add(id);
     committed.push_back(id);
     result.tokens.push_back(id);
@@ -137,14 +138,15 @@ GenerationResult SpeculativeGenerator::generate(const std::vector<int32_t>& prom
     }
     const int64_t remaining = config.max_tokens - result.stats.generated_tokens;
     // Drafts that can still be committed (plus the correction/bonus) and still fit the context.
-    const int64_t budget = std::min({remaining - 1, model_.max_context() - state.length() - 1,
-                                     kMaxDraftsPerRound});
+    const int64_t budget =
+        std::min({remaining - 1, model_.max_context() - state.length() - 1, kMaxDraftsPerRound});
     Draft draft;
     Drafter* source = nullptr;
     const double draft_start = now_seconds();
     if (budget > 0 && options_.lookup != nullptr) {
       source = options_.lookup;
-      DraftRequest request{committed, static_cast<int>(std::min<int64_t>(budget, options_.lookup_cap)),
+      DraftRequest request{committed,
+                           static_cast<int>(std::min<int64_t>(budget, options_.lookup_cap)),
                            sampling, rng};
       draft = options_.lookup->propose(request);
     }
@@ -163,7 +165,8 @@ GenerationResult SpeculativeGenerator::generate(const std::vector<int32_t>& prom
       if (draft.proposals.size() > draft.tokens.size()) draft.proposals.resize(draft.tokens.size());
     }
     for (int32_t id : draft.tokens) {
-      if (id < 0 || id >= vocab) fail("drafter '{}' proposed token {} outside the vocabulary", drafter_.name(), id);
+      if (id < 0 || id >= vocab)
+        fail("drafter '{}' proposed token {} outside the vocabulary", drafter_.name(), id);
     }
     stats_.drafter_seconds += now_seconds() - draft_start;
 

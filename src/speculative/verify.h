@@ -22,9 +22,9 @@ namespace dspark {
 constexpr int64_t kMaxDraftsPerRound = 31;
 
 struct SpeculativeStats {
-  int64_t rounds = 0;            // target forwards that verified at least one draft
-  int64_t plain_steps = 0;       // width-1 target forwards (no draft this round)
-  int64_t target_forwards = 0;   // including prefill chunks as one
+  int64_t rounds = 0;           // target forwards that verified at least one draft
+  int64_t plain_steps = 0;      // width-1 target forwards (no draft this round)
+  int64_t target_forwards = 0;  // including prefill chunks as one
   int64_t drafted = 0;
   int64_t accepted = 0;
   int64_t lookup_rounds = 0;

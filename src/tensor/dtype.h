@@ -8,7 +8,23 @@
 
 namespace dspark {
 
-enum class DType { F64, F32, F16, BF16, I64, I32, I16, I8, U64, U32, U16, U8, BOOL, F8_E4M3, F8_E5M2 };
+enum class DType {
+  F64,
+  F32,
+  F16,
+  BF16,
+  I64,
+  I32,
+  I16,
+  I8,
+  U64,
+  U32,
+  U16,
+  U8,
+  BOOL,
+  F8_E4M3,
+  F8_E5M2
+};
 
 // Bytes per element.
 size_t dtype_size(DType dtype);
@@ -37,6 +53,8 @@ float f16_to_f32(uint16_t bits);
 uint16_t f32_to_f16(float value);
 
 // Rounds a float to the nearest bf16 value and back.
-inline float round_to_bf16(float value) { return bf16_to_f32(f32_to_bf16(value)); }
+inline float round_to_bf16(float value) {
+  return bf16_to_f32(f32_to_bf16(value));
+}
 
 }  // namespace dspark

@@ -79,7 +79,8 @@ TEST(GgufBlocks, MapOntoMlxAffineWithoutLoss) {
         const float expected = c.reference(block.data(), j);
         const float got = mlx_value(words, c.bits, scale, bias, j);
         // Equal values (a zero weight may be +0 on one side and -0 on the other).
-        ASSERT_EQ(expected, got) << "bits " << c.bits << " element " << j << ": " << expected << " vs " << got;
+        ASSERT_EQ(expected, got) << "bits " << c.bits << " element " << j << ": " << expected
+                                 << " vs " << got;
       }
     }
   }

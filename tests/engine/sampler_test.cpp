@@ -71,8 +71,8 @@ struct SamplingCase {
 TEST(Sampler, EmpiricalFrequenciesMatchTruncatedTarget) {
   const std::vector<float> logits = {2.0f, 1.5f, 1.4f, 0.3f, -0.2f, 0.9f, -1.0f, 1.0f, 0.0f, 0.5f};
   const SamplingCase cases[] = {
-      {1.0f, 0, 1.0f, 0.0f},   {0.7f, 0, 1.0f, 0.0f}, {1.5f, 4, 1.0f, 0.0f},
-      {1.0f, 0, 0.8f, 0.0f},   {1.0f, 0, 1.0f, 0.3f}, {0.8f, 6, 0.9f, 0.1f},
+      {1.0f, 0, 1.0f, 0.0f}, {0.7f, 0, 1.0f, 0.0f}, {1.5f, 4, 1.0f, 0.0f},
+      {1.0f, 0, 0.8f, 0.0f}, {1.0f, 0, 1.0f, 0.3f}, {0.8f, 6, 0.9f, 0.1f},
   };
   for (const auto& c : cases) {
     SamplingParams params;

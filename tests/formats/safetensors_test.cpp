@@ -130,8 +130,8 @@ TEST_F(SafetensorsTest, RejectsNegativeOrReversedOffsets) {
   auto reversed = write_raw("r.safetensors",
                             R"({"w":{"dtype":"U8","shape":[0],"data_offsets":[4,0]}})", "1234");
   expect_error(reversed, {"r.safetensors", "'w'", "end before begin"});
-  auto negative = write_raw("n.safetensors",
-                            R"({"w":{"dtype":"U8","shape":[2],"data_offsets":[-2,0]}})", "12");
+  auto negative =
+      write_raw("n.safetensors", R"({"w":{"dtype":"U8","shape":[2],"data_offsets":[-2,0]}})", "12");
   expect_error(negative, {"n.safetensors", "'w'", "non-negative"});
 }
 

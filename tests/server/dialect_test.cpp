@@ -1,6 +1,7 @@
+#include "server/dialect.h"
+
 #include <gtest/gtest.h>
 
-#include "server/dialect.h"
 #include "server/metrics.h"
 
 namespace dspark::server {
@@ -46,10 +47,11 @@ TEST(OpenAiParse, RejectsMalformedRequestsWith400) {
   EXPECT_EQ(status_of([] { openai::parse_chat(Json::array()); }), 400);
   EXPECT_EQ(status_of([] { openai::parse_chat({{"messages", Json::array()}}); }), 400);
   EXPECT_EQ(status_of([] { openai::parse_chat({{"messages", "hi"}}); }), 400);
-  EXPECT_EQ(status_of([] {
-              openai::parse_chat(Json::parse(R"({"messages": [{"role": "wizard", "content": "x"}]})"));
-            }),
-            400);
+  EXPECT_EQ(
+      status_of([] {
+        openai::parse_chat(Json::parse(R"({"messages": [{"role": "wizard", "content": "x"}]})"));
+      }),
+      400);
   EXPECT_EQ(status_of([] {
               openai::parse_chat(Json::parse(
                   R"({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"})"));
@@ -65,11 +67,12 @@ TEST(OpenAiParse, RejectsMalformedRequestsWith400) {
                   R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})"));
             }),
             400);
-  EXPECT_EQ(status_of([] {
-              openai::parse_chat(Json::parse(
-                  R"({"messages": [{"role": "user", "content": "x"}], "reasoning_effort": "huge"})"));
-            }),
-            400);
+  EXPECT_EQ(
+      status_of([] {
+        openai::parse_chat(Json::parse(
+            R"({"messages": [{"role": "user", "content": "x"}], "reasoning_effort": "huge"})"));
+      }),
+      400);
   EXPECT_EQ(status_of([] {
               openai::parse_chat(Json::parse(
                   R"({"messages": [{"role": "user", "content": "x"}],
@@ -77,15 +80,16 @@ TEST(OpenAiParse, RejectsMalformedRequestsWith400) {
             }),
             400);
   EXPECT_EQ(status_of([] {
-              openai::parse_chat(Json::parse(R"({"messages": [{"role": "user", "content": "x"}], "n": 2})"));
+              openai::parse_chat(
+                  Json::parse(R"({"messages": [{"role": "user", "content": "x"}], "n": 2})"));
             }),
             400);
 }
 
 TEST(OpenAiParse, ReasoningEffortSwitchesThinking) {
   auto effort = [](const char* value) {
-    return openai::parse_chat(
-        {{"messages", Json::array({{{"role", "user"}, {"content", "x"}}})}, {"reasoning_effort", value}});
+    return openai::parse_chat({{"messages", Json::array({{{"role", "user"}, {"content", "x"}}})},
+                               {"reasoning_effort", value}});
   };
   EXPECT_EQ(*effort("none").enable_thinking, false);
   EXPECT_EQ(*effort("HIGH").enable_thinking, true);
@@ -122,7 +126,8 @@ TEST(AnthropicParse, ConvertsBlocksToolResultsAndThinking) {
 }
 
 TEST(ErrorBodies, FollowEachDialect) {
-  const Json openai_body = error_body(Dialect::openai, ApiError(400, "bad", "context_length_exceeded", "messages"));
+  const Json openai_body =
+      error_body(Dialect::openai, ApiError(400, "bad", "context_length_exceeded", "messages"));
   EXPECT_EQ(openai_body["error"]["type"], "invalid_request_error");
   EXPECT_EQ(openai_body["error"]["code"], "context_length_exceeded");
   EXPECT_EQ(openai_body["error"]["message"], "bad");
@@ -236,7 +241,8 @@ TEST(Metrics, RendersPrometheusHistograms) {
   const std::string text = metrics.render({{"dspark_resident_memory_bytes", 1}});
   EXPECT_NE(text.find("dspark_requests_total{endpoint=\"/v1/chat/completions\",status=\"200\"} 1"),
             std::string::npos);
-  EXPECT_NE(text.find("dspark_time_to_first_token_seconds_bucket{le=\"0.025\"} 1"), std::string::npos);
+  EXPECT_NE(text.find("dspark_time_to_first_token_seconds_bucket{le=\"0.025\"} 1"),
+            std::string::npos);
   EXPECT_NE(text.find("dspark_time_to_first_token_seconds_count 1"), std::string::npos);
   EXPECT_NE(text.find("dspark_prompt_tokens_total 5"), std::string::npos);
 }

@@ -17,17 +17,19 @@ enum class Storage { f32, bf16, q4 };
 inline bool quantizable(const std::string& name, const TinyTensor& tensor) {
   if (name.size() < 7 || name.compare(name.size() - 7, 7, ".weight") != 0) return false;
   if (tensor.shape.size() < 2) return false;
-  if (name.find("norm") != std::string::npos || name.find("conv1d") != std::string::npos) return false;
+  if (name.find("norm") != std::string::npos || name.find("conv1d") != std::string::npos)
+    return false;
   if (name.find("mixer.gate.weight") != std::string::npos) return false;  // router: never quantized
   return tensor.shape.back() % 32 == 0;
 }
 
 // Writes `checkpoint` in the given storage to a fresh directory under the system temp dir.
-inline std::string write_stored(TinyCheckpoint& checkpoint, Storage storage, const std::string& tag) {
+inline std::string write_stored(TinyCheckpoint& checkpoint, Storage storage,
+                                const std::string& tag) {
   if (storage == Storage::f32) return checkpoint.write();
-  const std::string dir =
-      (std::filesystem::temp_directory_path() / ("dspark_spec_" + tag + "_" + std::to_string(getpid())))
-          .string();
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("dspark_spec_" + tag + "_" + std::to_string(getpid())))
+                              .string();
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   nlohmann::json config = checkpoint.config;
@@ -35,7 +37,8 @@ inline std::string write_stored(TinyCheckpoint& checkpoint, Storage storage, con
   std::ofstream(dir + "/config.json") << config.dump(2);
   std::vector<std::vector<uint8_t>> buffers;
   std::vector<TensorToWrite> list;
-  auto add = [&](const std::string& name, DType dtype, std::vector<int64_t> shape, std::vector<uint8_t> bytes) {
+  auto add = [&](const std::string& name, DType dtype, std::vector<int64_t> shape,
+                 std::vector<uint8_t> bytes) {
     buffers.push_back(std::move(bytes));
     list.push_back({name, dtype, std::move(shape), buffers.back().data(), buffers.back().size()});
   };
@@ -44,7 +47,8 @@ inline std::string write_stored(TinyCheckpoint& checkpoint, Storage storage, con
     if (storage == Storage::q4 && quantizable(name, tensor)) {
       const int64_t cols = tensor.shape.back();
       const int64_t rows = static_cast<int64_t>(tensor.data.size()) / cols;
-      std::vector<uint8_t> packed(rows * cols / 8 * 4), scales(rows * cols / 32 * 2), biases(scales.size());
+      std::vector<uint8_t> packed(rows * cols / 8 * 4), scales(rows * cols / 32 * 2),
+          biases(scales.size());
       kernels::quantize(tensor.data.data(), rows, cols, {4, 32}, DType::BF16,
                         reinterpret_cast<uint32_t*>(packed.data()), scales.data(), biases.data());
       const std::string module = name.substr(0, name.size() - 7);

@@ -45,7 +45,8 @@ class RandomDrafter : public Drafter {
   std::string name() const override { return "random"; }
   Draft propose(const DraftRequest& request) override {
     Draft draft;
-    for (int i = 0; i < request.cap; ++i) draft.tokens.push_back(static_cast<int32_t>(rng_() % vocab_));
+    for (int i = 0; i < request.cap; ++i)
+      draft.tokens.push_back(static_cast<int32_t>(rng_() % vocab_));
     return draft;
   }
 
@@ -66,7 +67,8 @@ bool same_state(const StateSnapshot& a, const StateSnapshot& b) {
     if (!same_bits(a.keys[l], b.keys[l]) || !same_bits(a.values[l], b.values[l])) return false;
   }
   for (size_t l = 0; l < a.mamba.size(); ++l) {
-    if (!same_bits(a.mamba[l].conv, b.mamba[l].conv) || !same_bits(a.mamba[l].ssm, b.mamba[l].ssm)) {
+    if (!same_bits(a.mamba[l].conv, b.mamba[l].conv) ||
+        !same_bits(a.mamba[l].ssm, b.mamba[l].ssm)) {
       return false;
     }
   }
@@ -83,7 +85,8 @@ PlainRun plain_run(const Model& model, const std::vector<int32_t>& prompt, int64
   PlainRun run;
   ModelState state = model.new_state();
   ForwardOutput out;
-  model.forward(prompt.data(), prompt.size(), state, {static_cast<int64_t>(prompt.size()) - 1}, {}, out);
+  model.forward(prompt.data(), prompt.size(), state, {static_cast<int64_t>(prompt.size()) - 1}, {},
+                out);
   run.states[state.length()] = state.snapshot();
   for (int64_t i = 0; i < max_tokens; ++i) {
     const int32_t next = argmax(out.logits.data(), model.vocab_size());
@@ -112,7 +115,8 @@ void check_lossless_greedy(const Model& model, const std::vector<std::vector<int
       ModelState state = model.new_state();
       GenerationConfig config;
       config.max_tokens = max_tokens;
-      auto result = plain_generator.generate(prompt, state, config, [](const CommittedToken&) { return true; });
+      auto result = plain_generator.generate(prompt, state, config,
+                                             [](const CommittedToken&) { return true; });
       ASSERT_EQ(result.tokens, plain.tokens);
     }
     std::vector<int32_t> full = prompt;
@@ -130,14 +134,16 @@ void check_lossless_greedy(const Model& model, const std::vector<std::vector<int
           auto expected = plain.states.find(state.length());
           ASSERT_NE(expected, plain.states.end()) << "no plain state at length " << state.length();
           EXPECT_TRUE(same_state(state.snapshot(), expected->second))
-              << drafter->name() << " cap " << cap << ": state differs at length " << state.length();
+              << drafter->name() << " cap " << cap << ": state differs at length "
+              << state.length();
           ++counts.state_checks;
         };
         SpeculativeGenerator generator(model, *drafter, fixed, options);
         ModelState state = model.new_state();
         GenerationConfig config;
         config.max_tokens = max_tokens;
-        auto result = generator.generate(prompt, state, config, [](const CommittedToken&) { return true; });
+        auto result =
+            generator.generate(prompt, state, config, [](const CommittedToken&) { return true; });
         EXPECT_EQ(result.tokens, plain.tokens) << drafter->name() << " cap " << cap;
         EXPECT_EQ(static_cast<int64_t>(result.tokens.size()), max_tokens);
         if (kind == 0) {
@@ -170,23 +176,27 @@ class LosslessGreedy : public ::testing::TestWithParam<Storage> {};
 TEST_P(LosslessGreedy, TinyNemotronEqualsPlainForEveryDrafterAndCap) {
   testing::TinyCheckpoint checkpoint(31);
   testing::fill_nemotron(checkpoint, "M*EMEM-");
-  const std::string dir = testing::write_stored(checkpoint, GetParam(),
-                                                GetParam() == Storage::bf16 ? "bf16" : "q4");
+  const std::string dir =
+      testing::write_stored(checkpoint, GetParam(), GetParam() == Storage::bf16 ? "bf16" : "q4");
   auto model = load_model(dir);
   Counts counts;
-  check_lossless_greedy(*model, test_prompts(model->vocab_size()), 20, {1, 2, 3, 4, 5, 6, 7, 8}, counts);
+  check_lossless_greedy(*model, test_prompts(model->vocab_size()), 20, {1, 2, 3, 4, 5, 6, 7, 8},
+                        counts);
   EXPECT_EQ(counts.generations, 4 * 4 * 8);
   EXPECT_GT(counts.state_checks, counts.generations);
   std::filesystem::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Storages, LosslessGreedy, ::testing::Values(Storage::bf16, Storage::q4),
-                         [](const auto& info) { return info.param == Storage::bf16 ? "bf16" : "q4"; });
+                         [](const auto& info) {
+                           return info.param == Storage::bf16 ? "bf16" : "q4";
+                         });
 
 TEST(LosslessGreedyDefaultModel, SmolLM2EqualsPlain) {
   const std::string dir = (std::filesystem::path(models_dir()) / kDefaultModelName).string();
   ASSERT_TRUE(std::filesystem::exists(dir + "/config.json"))
-      << "the default model is not installed at " << dir << "; run scripts/install_default_model.sh";
+      << "the default model is not installed at " << dir
+      << "; run scripts/install_default_model.sh";
   auto model = load_model(dir);
   Counts counts;
   // Token ids of chat-formatted prompts would do as well; fixed ids keep the test independent of
@@ -236,7 +246,8 @@ class SkewedDrafter : public Drafter {
       q_.probs.push_back(0.0f);
     }
     float total = 0;
-    for (size_t i = 0; i < q_.ids.size(); ++i) total += q_.probs[i] = 1.0f + static_cast<float>(i % 3);
+    for (size_t i = 0; i < q_.ids.size(); ++i)
+      total += q_.probs[i] = 1.0f + static_cast<float>(i % 3);
     for (float& p : q_.probs) p /= total;
   }
   std::string name() const override { return "skewed"; }
@@ -303,7 +314,8 @@ TEST(LosslessSampling, FirstTwoTokensFollowTheTargetWithAWrongDrafter) {
     config.sampling.seed = 1000 + s;
     config.max_tokens = 8;
     int seen = 0;
-    auto result = generator.generate(prompt, run, config, [&](const CommittedToken&) { return ++seen < 2; });
+    auto result =
+        generator.generate(prompt, run, config, [&](const CommittedToken&) { return ++seen < 2; });
     ASSERT_GE(result.tokens.size(), 2u);
     ++observed[{result.tokens[0], result.tokens[1]}];
   }
@@ -325,7 +337,8 @@ TEST(LosslessSampling, FirstTwoTokensFollowTheTargetWithAWrongDrafter) {
     EXPECT_TRUE(expected.count(pair)) << "sampled a pair outside the target's support";
   }
   if (pooled_expected > 0) {
-    chi += (pooled_observed - pooled_expected) * (pooled_observed - pooled_expected) / pooled_expected;
+    chi +=
+        (pooled_observed - pooled_expected) * (pooled_observed - pooled_expected) / pooled_expected;
     ++cells;
   }
   EXPECT_LT(chi, chi_square_critical(cells - 1)) << cells << " cells";

@@ -1,12 +1,13 @@
 // dspark_tool_checkpoint: reads a checkpoint through dspark's reader and writes what it read.
 //   copy <checkpoint dir or .safetensors> <out.safetensors>   every tensor, byte for byte
 //   config <checkpoint dir>                                  prints the parsed config.json
+#include "formats/checkpoint.h"
+
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "base/error.h"
-#include "formats/checkpoint.h"
 
 int main(int argc, char** argv) {
   try {
