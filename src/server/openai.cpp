@@ -167,6 +167,19 @@ Json logprobs_json(const GenerationSummary& summary) {
   return {{"content", content}};
 }
 
+// The end of an OpenAI stream: the usage chunk (when stream_options.include_usage) and [DONE].
+std::string stream_tail(const ChatRequest& request, const std::string& id, const char* object,
+                        int64_t created, const GenerationSummary& summary) {
+  std::string out;
+  if (request.include_usage) {
+    Json usage = base_chunk(id, object, request.model, created);
+    usage["choices"] = Json::array();
+    usage["usage"] = usage_json(summary.usage);
+    out += sse_data(usage);
+  }
+  return out + "data: [DONE]\n\n";
+}
+
 class ChatStream : public StreamSerializer {
  public:
   ChatStream(const ChatRequest& request, std::string id)
@@ -215,14 +228,7 @@ class ChatStream : public StreamSerializer {
     last["choices"] = Json::array({choice});
     last["usage"] = Json();
     last["x_dspark"] = summary.stats;
-    std::string out = sse_data(last);
-    if (request_.include_usage) {
-      Json usage = base_chunk(id_, "chat.completion.chunk", request_.model, created_);
-      usage["choices"] = Json::array();
-      usage["usage"] = usage_json(summary.usage);
-      out += sse_data(usage);
-    }
-    return out + "data: [DONE]\n\n";
+    return sse_data(last) + stream_tail(request_, id_, "chat.completion.chunk", created_, summary);
   }
 
   std::string keepalive() override { return ": keepalive\n\n"; }
@@ -258,14 +264,8 @@ class CompletionStream : public StreamSerializer {
     return text.empty() ? "" : chunk(text, Json());
   }
   std::string finish(const GenerationSummary& summary) override {
-    std::string out = chunk("", finish_reason(summary.finish));
-    if (request_.include_usage) {
-      Json usage = base_chunk(id_, "text_completion", request_.model, created_);
-      usage["choices"] = Json::array();
-      usage["usage"] = usage_json(summary.usage);
-      out += sse_data(usage);
-    }
-    return out + "data: [DONE]\n\n";
+    return chunk("", finish_reason(summary.finish)) +
+           stream_tail(request_, id_, "text_completion", created_, summary);
   }
   std::string keepalive() override { return ": keepalive\n\n"; }
   std::string error(int status, const std::string& message) override {

@@ -191,13 +191,16 @@ GenerationResult SpeculativeGenerator::generate(const std::vector<int32_t>& prom
     if (penalize) row_counts = counts;
     for (int64_t i = 0; i <= drafts; ++i) {
       const float* raw = output.logits.data() + i * vocab;
-      penalized.assign(raw, raw + vocab);
+      // Rows are only copied when penalties change them.
+      const float* row = raw;
       if (penalize) {
+        penalized.assign(raw, raw + vocab);
         if (i > 0) row_counts.add(draft.tokens[i - 1]);
         apply_penalties(sampling, row_counts, penalized.data(), vocab);
+        row = penalized.data();
       }
       if (sampling.greedy()) {
-        const int32_t choice = argmax(penalized.data(), vocab);
+        const int32_t choice = argmax(row, vocab);
         if (i < drafts && choice == draft.tokens[i]) {
           ++accepted;
           continue;
@@ -205,7 +208,7 @@ GenerationResult SpeculativeGenerator::generate(const std::vector<int32_t>& prom
         to_commit.push_back(choice);
         break;
       }
-      const TokenDistribution target = target_distribution(sampling, penalized.data(), vocab);
+      const TokenDistribution target = target_distribution(sampling, row, vocab);
       if (i == drafts) {
         to_commit.push_back(sample_from(target, rng.uniform()));
         break;
