@@ -1,13 +1,21 @@
 """`dspark serve` end to end on a tiny nemotron_h (mlx-lm's model class) with the Nemotron tokenizer
 and chat template (tests/fixtures/nemotron-tiny), through the official openai and anthropic SDKs:
-thinking on and off and the hybrid prefix-cache checkpoints.
+thinking on and off, tool calls and the hybrid prefix-cache checkpoints.
 
 A random model never closes its reasoning, so the model is scripted: every mixer's
 output projection is ~0, so the residual stream at the last layer is the current token's
 embedding; script tokens have one-hot embeddings and lm_head row b is a large multiple of the
 one-hot of a for each scripted step a -> b. Greedy decoding then follows the script, which
 mlx-lm confirms before the server is asked. The small random remainder of the body still moves the
-off-script logits, so the logprobs tell a wrong recurrent state apart."""
+off-script logits, so the logprobs tell a wrong recurrent state apart.
+
+Tool calls: the Nemotron call format repeats pieces ("\n", "</parameter>\n"), which a one-token
+script cannot follow, so the served tokenizer gains a few added tokens that spell the call in unique
+pieces (HF tokenizers and dspark both honour added tokens). Whether `</think>` is followed by the
+answer or by the call is decided by one attention head (nemotron_h attention has no positions):
+its query fires only at `</think>`, its key singles out the `<tools>` token of the rendered tool
+list, whose value pushes the call's first token past the answer's. A `<tool_response>` token in the
+context has a higher key and no value, so after a tool result the model answers again."""
 import importlib
 import json
 import shutil
@@ -19,18 +27,31 @@ import openai
 import anthropic
 import pytest
 from mlx.utils import tree_flatten, tree_unflatten
-from tokenizers import Tokenizer
+from tokenizers import AddedToken, Tokenizer
 
 from conftest import SOURCE_DIR
 from test_server_sdk import KEY, LiveServer
 
 sys.path.insert(0, str(SOURCE_DIR / "scripts"))
 import make_tiny_models  # noqa: E402
+import test_chat_templates_jinja2 as jinja_env  # noqa: E402
 
 FIXTURE = SOURCE_DIR / "tests" / "fixtures" / "nemotron-tiny"
 REASONING = "plan"
 ANSWER = "\n\nSure."
 QUESTION = [{"role": "user", "content": "Weather in Paris?"}]
+TOOLS_MARKER = "<tools>"
+# The call <tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n... in
+# pieces that each occur once.
+CALL_PIECES = ["\n<function=get_weather>\n", "<parameter=city>\nParis\n</parameter>\n",
+               "<parameter=days>\n3\n</parameter>\n", "</function>\n"]
+CALL_ARGUMENTS = {"city": "Paris", "days": 3}
+WEATHER_TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather in a city",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "description": "City name"},
+        "days": {"type": "integer", "description": "Days of forecast"}},
+        "required": ["city"]}}}
 
 
 def segment(tokenizer, text, used):
@@ -71,8 +92,31 @@ def build_script(tokenizer):
     return chain
 
 
-def build_model(out, chain):
-    config = dict(make_tiny_models.BASE_MODELS["nemotron_m"], vocab_size=8000)
+def tool_tokenizer(path):
+    """The fixture tokenizer plus the tool-list marker and the call pieces as added tokens."""
+    tokenizer = Tokenizer.from_file(str(FIXTURE / "tokenizer.json"))
+    tokenizer.add_tokens([AddedToken(t, special=False, normalized=False)
+                          for t in [TOOLS_MARKER] + CALL_PIECES])
+    tokenizer.save(str(path))
+    return tokenizer
+
+
+def build_tool_script(tokenizer):
+    """The call's ids (emitted after `</think>` when the context holds the tool list) and the two
+    context markers."""
+    ids = [tokenizer.token_to_id(t) for t in ["<tool_call>"] + CALL_PIECES + ["</tool_call>"]]
+    assert None not in ids
+    return {"call": ids + [tokenizer.token_to_id("<|im_end|>")],
+            "marker": tokenizer.token_to_id(TOOLS_MARKER),
+            "response": tokenizer.token_to_id("<tool_response>"),
+            "think_close": tokenizer.token_to_id("</think>")}
+
+
+def build_model(out, chain, tools=None):
+    """The scripted model of `chain`; with `tools` (build_tool_script's) also the call, served
+    with the tokenizer saved at `tools["tokenizer"]`."""
+    vocab = 8000 if tools is None else -(-Tokenizer.from_file(tools["tokenizer"]).get_vocab_size() // 64) * 64
+    config = dict(make_tiny_models.BASE_MODELS["nemotron_m"], vocab_size=vocab)
     module = importlib.import_module("mlx_lm.models.nemotron_h")
     model = module.Model(module.ModelArgs.from_dict(config))
     make_tiny_models.randomize(model, 7)
@@ -81,17 +125,30 @@ def build_model(out, chain):
         if name.endswith(("out_proj.weight", "o_proj.weight", "down_proj.weight", "fc2.weight")):
             params[name] = params[name] * 1e-3
     hidden = config["hidden_size"]
+    # Script dimensions: one per script token, then (with tools) the attention head's signal.
+    dims = {token: k for k, token in enumerate(chain)}
+    steps = list(zip(chain, chain[1:]))
+    if tools is not None:
+        call = tools["call"]
+        for token in call + [tools["marker"], tools["response"]]:
+            dims.setdefault(token, len(dims))
+        steps += list(zip(call, call[1:]))
+        signal = len(dims)
+    used = len(dims) + (tools is not None)
     rng = np.random.default_rng(7)
     # Off-script tokens live in the dimensions the script does not use; script tokens are one-hot.
-    embed = np.zeros((8000, hidden), np.float32)
-    embed[:, len(chain):] = rng.normal(size=(8000, hidden - len(chain)))
-    head = rng.normal(size=(8000, hidden)).astype(np.float32) * 0.02
-    head[:, : len(chain)] = 0.0
-    for k, token in enumerate(chain):
+    embed = np.zeros((vocab, hidden), np.float32)
+    embed[:, used:] = rng.normal(size=(vocab, hidden - used))
+    head = rng.normal(size=(vocab, hidden)).astype(np.float32) * 0.02
+    head[:, :used] = 0.0
+    for token, k in dims.items():
         embed[token] = 0.0
         embed[token, k] = 1.0
-        if k + 1 < len(chain):
-            head[chain[k + 1], k] = 2.0
+    for a, b in steps:
+        head[b, dims[a]] = 2.0
+    if tools is not None:
+        head[call[0], signal] = 4.0
+        wire_tool_head(params, config, dims, tools, signal)
     params["backbone.embeddings.weight"] = mx.array(embed)
     params["lm_head.weight"] = mx.array(head)
     params["backbone.norm_f.weight"] = mx.ones((hidden,))
@@ -101,9 +158,39 @@ def build_model(out, chain):
     mx.save_safetensors(str(out / "model.safetensors"), dict(tree_flatten(model.parameters())),
                         metadata={"format": "mlx"})
     (out / "config.json").write_text(json.dumps(config, indent=2))
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(FIXTURE / name, out / name)
+    shutil.copy(FIXTURE / "tokenizer_config.json", out / "tokenizer_config.json")
+    shutil.copy(FIXTURE / "tokenizer.json" if tools is None else tools["tokenizer"],
+                out / "tokenizer.json")
     return model
+
+
+def wire_tool_head(params, config, dims, tools, signal):
+    """Attention head 0 of the attention layer: at `</think>` it reads the `<tools>` marker into the
+    signal dimension unless a `<tool_response>` outbids it. Heads 0 and 1 share key/value head 0,
+    so head 1's first output column is silenced too."""
+    layer = config["hybrid_override_pattern"].index("*")
+    prefix = f"backbone.layers.{layer}."
+    head_dim = config["head_dim"]
+    # The pre-norm scales a one-hot row to sqrt(hidden); scores are q.k / sqrt(head_dim).
+    unit = config["hidden_size"] ** 0.5
+    q = np.array(params[prefix + "mixer.q_proj.weight"])
+    k = np.array(params[prefix + "mixer.k_proj.weight"])
+    v = np.array(params[prefix + "mixer.v_proj.weight"])
+    o = np.array(params[prefix + "mixer.o_proj.weight"])
+    q[:head_dim] = 0.0
+    k[:head_dim] = 0.0
+    v[:head_dim] = 0.0
+    o[:, 0] = 0.0
+    o[:, head_dim] = 0.0
+    q[0, dims[tools["think_close"]]] = 1.0
+    to_score = head_dim ** 0.5 / unit ** 2
+    k[0, dims[tools["marker"]]] = 25.0 * to_score
+    k[0, dims[tools["response"]]] = 40.0 * to_score
+    v[0, dims[tools["marker"]]] = 1.0
+    o[signal, 0] = 1.0 / unit
+    for name, value in (("q_proj", q), ("k_proj", k), ("v_proj", v), ("o_proj", o)):
+        params[prefix + "mixer." + name + ".weight"] = mx.array(value)
+    params[prefix + "norm.weight"] = mx.ones((config["hidden_size"],))
 
 
 def greedy(model, prompt, steps):
@@ -114,18 +201,45 @@ def greedy(model, prompt, steps):
     return ids[len(prompt):]
 
 
+def render(messages, tools=None, **kwargs):
+    """The prompt as transformers renders it (the jinja2 oracle's environment)."""
+    source = json.loads((FIXTURE / "tokenizer_config.json").read_text())["chat_template"]
+    return jinja_env.ENV.from_string(source).render(
+        messages=messages, tools=tools, add_generation_prompt=True, **kwargs)
+
+
+def tool_turn(arguments):
+    """The question, the model's call and the tool's answer, as OpenAI history."""
+    return QUESTION + [
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "call_1", "type": "function",
+             "function": {"name": "get_weather", "arguments": arguments}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "Sunny, 21 C"}]
+
+
 @pytest.fixture(scope="module")
 def scripted(tmp_path_factory):
-    tokenizer = Tokenizer.from_file(str(FIXTURE / "tokenizer.json"))
+    root = tmp_path_factory.mktemp("nemotron")
+    tokenizer = tool_tokenizer(root / "tokenizer.json")
     chain = build_script(tokenizer)
-    out = tmp_path_factory.mktemp("nemotron") / "scripted"
-    model = build_model(out, chain)
+    tools = dict(build_tool_script(tokenizer), tokenizer=str(root / "tokenizer.json"))
+    out = root / "scripted"
+    model = build_model(out, chain, tools)
     # mlx-lm itself follows the script from either prompt tail.
     prefix = tokenizer.encode("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>",
                               add_special_tokens=False).ids
     assert greedy(model, prefix + [chain[0]], len(chain) - 1) == chain[1:]
     closed = chain.index(tokenizer.token_to_id("</think>"))
     assert greedy(model, prefix + chain[closed:closed + 1], 3) == chain[closed + 1: closed + 4]
+    # ... and calls the tool when the prompt lists it, thinking on and off, but answers the result.
+    encode = lambda text: tokenizer.encode(text, add_special_tokens=False).ids  # noqa: E731
+    call = tools["call"]
+    with_tools = encode(render(QUESTION, [WEATHER_TOOL]))
+    assert greedy(model, with_tools, closed + len(call)) == chain[1:closed + 1] + call
+    off = encode(render(QUESTION, [WEATHER_TOOL], enable_thinking=False))
+    assert greedy(model, off, len(call)) == call
+    answered = encode(render(tool_turn(CALL_ARGUMENTS), [WEATHER_TOOL], enable_thinking=False))
+    assert greedy(model, answered, len(chain) - closed - 1) == chain[closed + 1:]
     return out, chain, tokenizer
 
 
@@ -232,3 +346,92 @@ def test_lookup_mode_passes_through(scripted, server):
     assert stats["rounds"] >= stats["lookup_rounds"] >= 0
     assert reply.choices[0].message.content == baseline.choices[0].message.content
     assert reply.choices[0].message.model_extra["reasoning_content"] == REASONING
+
+
+def test_openai_tool_calls(server, scripted):
+    _, chain, tokenizer = scripted
+    closed = chain.index(tokenizer.token_to_id("</think>"))
+    ask = dict(model="m", messages=QUESTION, tools=[WEATHER_TOOL], temperature=0)
+    reply = oa(server).chat.completions.create(**ask)
+    choice = reply.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.model_extra["reasoning_content"] == REASONING
+    assert not choice.message.content
+    [call] = choice.message.tool_calls
+    assert call.id.startswith("call_") and len(call.id) == len("call_") + 24
+    assert call.type == "function" and call.function.name == "get_weather"
+    # XML parameter values arrive typed by the tool's schema: days is an integer.
+    assert json.loads(call.function.arguments) == CALL_ARGUMENTS
+    assert reply.usage.completion_tokens == closed + len(CALL_PIECES) + 3
+    prompt = tokenizer.encode(render(QUESTION, [WEATHER_TOOL]), add_special_tokens=False).ids
+    assert reply.usage.prompt_tokens == len(prompt)
+
+    chunks = list(oa(server).chat.completions.create(**ask, stream=True))
+    deltas = [c.choices[0].delta for c in chunks if c.choices]
+    parts = [t for d in deltas for t in d.tool_calls or []]
+    assert {t.index for t in parts} == {0}
+    assert [t.id for t in parts if t.id] == [parts[0].id] and parts[0].id.startswith("call_")
+    assert "".join(t.function.name or "" for t in parts) == "get_weather"
+    assert json.loads("".join(t.function.arguments or "" for t in parts)) == CALL_ARGUMENTS
+    assert "".join(d.content or "" for d in deltas) == ""
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "tool_calls"
+
+    off = oa(server).chat.completions.create(**ask, reasoning_effort="none")
+    assert (off.choices[0].message.model_extra or {}).get("reasoning_content") is None
+    assert json.loads(off.choices[0].message.tool_calls[0].function.arguments) == CALL_ARGUMENTS
+
+    # The tool's answer goes back as history (arguments as the JSON string the SDK returned):
+    # the template sees them as an object, and the model answers.
+    turn2 = tool_turn(call.function.arguments)
+    answer = oa(server).chat.completions.create(model="m", messages=turn2, tools=[WEATHER_TOOL],
+                                                temperature=0)
+    assert answer.choices[0].finish_reason == "stop"
+    assert answer.choices[0].message.content == "Sure."
+    assert not answer.choices[0].message.tool_calls
+    prompt = tokenizer.encode(render(tool_turn(CALL_ARGUMENTS), [WEATHER_TOOL]),
+                              add_special_tokens=False).ids
+    assert answer.usage.prompt_tokens == len(prompt)
+
+
+ANTHROPIC_TOOL = {"name": "get_weather", "description": WEATHER_TOOL["function"]["description"],
+                  "input_schema": WEATHER_TOOL["function"]["parameters"]}
+
+
+def test_anthropic_tool_use(server, scripted):
+    tokenizer = scripted[2]
+    client = an(server)
+    kwargs = dict(model="c", max_tokens=200, messages=QUESTION, tools=[ANTHROPIC_TOOL],
+                  thinking={"type": "enabled", "budget_tokens": 1024},
+                  extra_body={"temperature": 0})
+    whole = client.messages.create(**kwargs)
+    assert whole.stop_reason == "tool_use"
+    assert [b.type for b in whole.content] == ["thinking", "tool_use"]
+    use = whole.content[1]
+    assert use.name == "get_weather" and use.input == CALL_ARGUMENTS
+    assert use.id.startswith("toolu_")
+    kinds = []
+    with client.messages.stream(**kwargs) as stream:
+        for event in stream:
+            if event.type == "content_block_delta":
+                kinds.append(event.delta.type)
+        final = stream.get_final_message()
+    assert "input_json_delta" in kinds and "thinking_delta" in kinds
+    assert final.stop_reason == "tool_use"
+    assert [b.type for b in final.content] == ["thinking", "tool_use"]
+    assert final.content[1].input == CALL_ARGUMENTS and final.content[1].name == "get_weather"
+
+    # count_tokens is the tokenizer's count of the prompt the template renders.
+    count = client.messages.count_tokens(model="c", messages=QUESTION, tools=[ANTHROPIC_TOOL],
+                                         thinking={"type": "enabled", "budget_tokens": 1024})
+    prompt = tokenizer.encode(render(QUESTION, [WEATHER_TOOL]), add_special_tokens=False).ids
+    assert count.input_tokens == len(prompt) == whole.usage.input_tokens + (
+        whole.usage.cache_read_input_tokens or 0)
+
+    history = QUESTION + [
+        {"role": "assistant", "content": [{"type": "tool_use", "id": use.id, "name": use.name,
+                                           "input": use.input}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id,
+                                      "content": "Sunny, 21 C"}]}]
+    answer = client.messages.create(**dict(kwargs, messages=history, thinking={"type": "disabled"}))
+    assert answer.stop_reason == "end_turn"
+    assert [b.type for b in answer.content] == ["text"] and answer.content[0].text == "Sure."
