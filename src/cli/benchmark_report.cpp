@@ -8,6 +8,7 @@
 
 #include "speculative/cap.h"
 #include "speculative/decode_report.h"
+#include "text/jinja_strings.h"
 
 namespace dspark::cli {
 namespace {
@@ -54,29 +55,6 @@ double suite_mean(const ArmResult& arm, const std::string& suite,
     if (prompt.suite == suite) values.push_back(figure(prompt));
   }
   return mean(values);
-}
-
-std::string xml_escape(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
 }
 
 nlohmann::json calibration_json(const Calibration& calibration, int max_cap, int derived_cap) {
@@ -270,9 +248,10 @@ std::string report_svg(const BenchmarkReport& report) {
       "{:.0f}\" font-family=\"sans-serif\" font-size=\"12\">\n",
       width, height, width, height);
   svg += fmt::format("<rect width=\"{:.0f}\" height=\"{:.0f}\" fill=\"white\"/>\n", width, height);
-  svg += fmt::format(
-      "<text x=\"{}\" y=\"22\" font-size=\"15\" font-weight=\"bold\">{}</text>\n", kLeft,
-      xml_escape(fmt::format("dspark benchmark · {} · decode tok/s per prompt", report.target)));
+  svg += fmt::format("<text x=\"{}\" y=\"22\" font-size=\"15\" font-weight=\"bold\">{}</text>\n",
+                     kLeft,
+                     jinja::html_escape(fmt::format(
+                         "dspark benchmark · {} · decode tok/s per prompt", report.target)));
 
   // Legend: plain dashed, every speculative arm solid.
   double legend_x = kLeft;
@@ -287,7 +266,8 @@ std::string report_svg(const BenchmarkReport& report) {
     const std::string label =
         plain ? arm.label
               : fmt::format("{} ({:.2f}x, accept {:.2f})", arm.label, arm.speedup(), arm.accept());
-    svg += fmt::format("<text x=\"{:.1f}\" y=\"46\">{}</text>\n", legend_x + 30, xml_escape(label));
+    svg += fmt::format("<text x=\"{:.1f}\" y=\"46\">{}</text>\n", legend_x + 30,
+                       jinja::html_escape(label));
     legend_x += 40 + 7.0 * static_cast<double>(label.size());
   }
 
@@ -303,7 +283,7 @@ std::string report_svg(const BenchmarkReport& report) {
       if (arm.mode != DecodeMode::baseline) title += fmt::format(" · {:.2f}x", arm.speedup(suite));
     }
     svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\" font-weight=\"bold\">{}</text>\n", x0 + 4,
-                       kTop - 6, xml_escape(title));
+                       kTop - 6, jinja::html_escape(title));
     for (int tick = 0; tick <= 4; ++tick) {
       const double value = y_max * tick / 4.0;
       const double y = kTop + kPanelHeight - kPanelHeight * tick / 4.0;
@@ -338,7 +318,7 @@ std::string report_svg(const BenchmarkReport& report) {
           color, plain ? " stroke-dasharray=\"6 4\"" : "");
     }
     svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{} prompts</text>\n",
-                       x0 + kPanelWidth / 2, kTop + kPanelHeight + 16, xml_escape(suite));
+                       x0 + kPanelWidth / 2, kTop + kPanelHeight + 16, jinja::html_escape(suite));
   }
   svg += fmt::format(
       "<text x=\"16\" y=\"{:.1f}\" transform=\"rotate(-90 16 {:.1f})\" "
@@ -367,7 +347,7 @@ std::string report_svg(const BenchmarkReport& report) {
                   report.derived_cap, drafter_caps, kDerivedCapPrior)};
   for (size_t i = 0; i < caption.size(); ++i) {
     svg += fmt::format("<text x=\"{}\" y=\"{:.1f}\" font-size=\"11\" fill=\"#333333\">{}</text>\n",
-                       kLeft, kTop + kPanelHeight + 44 + 16.0 * i, xml_escape(caption[i]));
+                       kLeft, kTop + kPanelHeight + 44 + 16.0 * i, jinja::html_escape(caption[i]));
   }
   svg += "</svg>\n";
   return svg;

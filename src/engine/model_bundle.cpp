@@ -2,10 +2,9 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "base/error.h"
+#include "base/file_io.h"
 #include "formats/checkpoint.h"
 
 namespace dspark {
@@ -26,13 +25,6 @@ std::string token_text(const nlohmann::json& value) {
   return "";
 }
 
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
-
 }  // namespace
 
 std::unique_ptr<ModelBundle> load_model_bundle(const std::string& model_dir) {
@@ -51,7 +43,7 @@ std::unique_ptr<ModelBundle> load_model_bundle(const std::string& model_dir) {
     tokenizer_config = read_json_file((dir / "tokenizer_config.json").string());
   }
   if (fs::exists(dir / "chat_template.jinja")) {
-    bundle->chat_template = read_text(dir / "chat_template.jinja");
+    bundle->chat_template = read_file((dir / "chat_template.jinja").string());
   } else if (tokenizer_config.contains("chat_template")) {
     const auto& value = tokenizer_config["chat_template"];
     if (value.is_string()) {

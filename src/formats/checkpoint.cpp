@@ -2,22 +2,18 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "base/error.h"
+#include "base/file_io.h"
 
 namespace dspark {
 namespace fs = std::filesystem;
 
 nlohmann::json read_json_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("{}: cannot open", path);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
+  const std::string text = read_file(path);
   try {
-    return nlohmann::json::parse(buffer.str());
+    return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     fail("{}: invalid JSON at byte {}: {}", path, e.byte, e.what());
   }

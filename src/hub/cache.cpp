@@ -7,6 +7,7 @@
 #include <sstream>
 #include <thread>
 
+#include "base/file_io.h"
 #include "formats/checkpoint.h"
 #include "hub/hub_error.h"
 #include "hub/repo_ref.h"
@@ -19,13 +20,6 @@ namespace {
 std::string temporary_suffix() {
   std::ostringstream text;
   text << ".tmp-" << ::getpid() << "-" << std::this_thread::get_id();
-  return text.str();
-}
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
   return text.str();
 }
 
@@ -65,7 +59,7 @@ std::optional<std::string> HubCache::commit_for(const std::string& revision) con
   const fs::path ref = repo_dir_ / "refs" / revision;
   std::error_code error;
   if (!fs::is_regular_file(ref, error)) return std::nullopt;
-  std::string commit = read_text(ref);
+  std::string commit = read_file(ref.string());
   // Other tools may have written the ref by hand with a newline.
   while (!commit.empty() && (commit.back() == '\n' || commit.back() == '\r')) commit.pop_back();
   if (!is_commit_hash(commit)) return std::nullopt;

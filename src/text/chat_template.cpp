@@ -1,24 +1,14 @@
 #include "text/chat_template.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "base/error.h"
+#include "base/file_io.h"
 
 namespace dspark {
 namespace {
 
-std::string read_file(const std::filesystem::path& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) fail("cannot open {}", path.string());
-  std::ostringstream text;
-  text << file.rdbuf();
-  return text.str();
-}
-
 nlohmann::ordered_json read_json(const std::filesystem::path& path) {
   try {
-    return nlohmann::ordered_json::parse(read_file(path));
+    return nlohmann::ordered_json::parse(read_file(path.string()));
   } catch (const nlohmann::json::exception& e) {
     fail("{}: invalid JSON: {}", path.string(), e.what());
   }
@@ -81,7 +71,7 @@ ChatTemplateSet ChatTemplateSet::load(const std::filesystem::path& model_dir) {
   if (std::filesystem::exists(jinja_path)) {
     ChatTemplateSet set;
     set.origin_ = jinja_path.string();
-    set.templates_["default"] = read_file(jinja_path);
+    set.templates_["default"] = read_file(jinja_path.string());
     return set;
   }
   const auto json_path = model_dir / "chat_template.json";

@@ -2,11 +2,10 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "base/error.h"
+#include "base/file_io.h"
 #include "text/bpe.h"
 #include "text/detokenizer.h"
 #include "text/normalizer.h"
@@ -16,14 +15,6 @@
 
 namespace dspark {
 namespace {
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot open {}", path);
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
 
 // tokenizer_config.json names special tokens either as strings or as {"content": ...} objects.
 std::optional<std::string> config_token(const nlohmann::json& config, const char* key) {

@@ -15,19 +15,13 @@
 #include <iostream>
 #include <map>
 #include <memory>
-#include <sstream>
 
 #include "base/error.h"
+#include "base/file_io.h"
 
 namespace {
 
-std::string read_file(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) dspark::fail("cannot open {}", path);
-  std::ostringstream text;
-  text << file.rdbuf();
-  return text.str();
-}
+using dspark::read_file;
 
 std::string render_case(const nlohmann::ordered_json& test_case,
                         std::map<std::string, std::unique_ptr<dspark::ChatTemplate>>& templates) {

@@ -9,20 +9,14 @@
 // feeds the output in pieces of those byte sizes (the last piece takes the rest).
 #include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include "base/error.h"
+#include "base/file_io.h"
 #include "text/tool_call_parser.h"
 
 namespace {
 
-std::string read_file(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) dspark::fail("cannot open {}", path);
-  std::ostringstream text;
-  text << file.rdbuf();
-  return text.str();
-}
+using dspark::read_file;
 
 nlohmann::ordered_json to_json(const dspark::ParsedOutput& parsed) {
   nlohmann::ordered_json calls = nlohmann::ordered_json::array();
