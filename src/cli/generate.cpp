@@ -10,14 +10,13 @@
 #include "base/system_info.h"
 #include "base/thread_pool.h"
 #include "cli/commands.h"
+#include "cli/decode_flags.h"
 #include "engine/generator.h"
 #include "engine/model_bundle.h"
 #include "engine/stop_strings.h"
-#include "formats/model_store.h"
 #include "hub/resolve.h"
 #include "speculative/decode.h"
 #include "speculative/decode_report.h"
-#include "speculative/drafter_resolution.h"
 #include "text/chat_template.h"
 #include "text/detokenizer_stream.h"
 
@@ -43,28 +42,10 @@ struct GenerateOptions {
   std::vector<std::string> stop;
   int threads = 0;
   bool ignore_eos = false;
-  std::string mode = "auto";
-  std::string max_draft;
-  std::string drafter;
-  int drafter_bits = 4;
-  float confidence_threshold = 0.0f;
-  bool lookup_drafts = false;
+  int64_t reasoning_budget = 0;
+  std::string reasoning_budget_message;
+  DecodeFlags decode;
 };
-
-DecodeOptions decode_options(const GenerateOptions& options) {
-  DecodeOptions decode;
-  if (options.max_draft == "auto") {
-    decode.auto_cap = true;
-  } else if (!options.max_draft.empty()) {
-    try {
-      decode.max_draft = std::stoi(options.max_draft);
-    } catch (const std::exception&) {
-      fail("--max-draft must be a number or 'auto', not '{}'", options.max_draft);
-    }
-    if (*decode.max_draft < 0) fail("--max-draft must not be negative");
-  }
-  return decode;
-}
 
 std::vector<int32_t> build_prompt(const ModelBundle& bundle, const GenerateOptions& options) {
   if (options.no_chat_template || bundle.chat_template.empty()) {
@@ -102,27 +83,13 @@ void run_generate(const GenerateOptions& options) {
                            std::istreambuf_iterator<char>());
   }
   const double load_start = now_seconds();
-  const DecodeOptions decode = decode_options(options);
+  cap_options(options.decode);  // a bad --max-draft fails before the model loads
   ResolveOptions resolve;
   resolve.models_dir = options.models_dir;
   auto bundle = load_model_bundle(resolve_model_or_download(options.model, resolve));
-  DrafterCliOptions drafter;
-  drafter.mode = options.mode;
-  drafter.drafter = options.drafter;
-  drafter.model = options.model;
-  drafter.model_dir = bundle->path;
-  drafter.models_dir = models_dir(options.models_dir);
-  drafter.drafter_bits = options.drafter_bits;
-  drafter.confidence_threshold = options.confidence_threshold;
-  drafter.lookup_drafts = options.lookup_drafts;
-  drafter.hub.find_repo = [&resolve](const std::string& repo_id) {
-    return find_or_download_repo(repo_id, resolve.hub, resolve.download);
-  };
-  drafter.hub.cached_companions = [&resolve](const std::string& model, const std::string& marker) {
-    return find_cached_companions(model, marker, resolve.hub);
-  };
   std::string explanation;
-  const DecodeSetup setup = decode_setup_from_options(*bundle->model, decode, drafter, explanation);
+  const DecodeSetup setup =
+      resolve_decode_flags(options.decode, options.model, options.models_dir, *bundle, explanation);
   fmt::print(stderr, "{}\n", explanation);
   const double load_seconds = now_seconds() - load_start;
   const std::vector<int32_t> prompt = build_prompt(*bundle, resolved);
@@ -141,6 +108,11 @@ void run_generate(const GenerateOptions& options) {
   config.sampling.presence_penalty = options.presence_penalty;
   config.sampling.frequency_penalty = options.frequency_penalty;
   config.sampling.seed = options.seed;
+  config.reasoning_budget = reasoning_budget_for_prompt(
+      *bundle->tokenizer, bundle->chat_template, prompt, options.reasoning_budget,
+      options.reasoning_budget_message, bundle->eos_ids);
+  if (options.reasoning_budget > 0 && !config.reasoning_budget.enabled())
+    fmt::print(stderr, "--reasoning-budget ignored: the chat template has no thinking markers\n");
 
   StreamingDetokenizer detokenizer(*bundle->tokenizer, /*skip_special_tokens=*/true);
   StopStringMatcher stops(options.stop);
@@ -170,6 +142,9 @@ void run_generate(const GenerateOptions& options) {
   fmt::print(stderr, "Model: {} ({}), loaded in {:.2f} s, {} threads\n", bundle->name,
              bundle->model->architecture(), load_seconds, default_pool().num_threads());
   fmt::print(stderr, "{}\n", format_decode_stats(decode_stats, stats));
+  if (result.budget_forced)
+    fmt::print(stderr, "Reasoning budget of {}: forced the end of thinking\n",
+               options.reasoning_budget);
 }
 
 }  // namespace
@@ -204,24 +179,15 @@ void add_generate_command(CLI::App& app) {
   command->add_flag("--no-chat-template", options->no_chat_template, "Use the prompt as raw text");
   command->add_option("--stop", options->stop, "Stop string (repeatable)");
   command->add_option("--threads", options->threads, "Worker threads (default: all CPUs)");
+  command
+      ->add_option("--reasoning-budget", options->reasoning_budget,
+                   "Thinking tokens before the block is closed for the model (0 = off)")
+      ->check(CLI::NonNegativeNumber);
+  command->add_option("--reasoning-budget-message", options->reasoning_budget_message,
+                      "Text injected before the forced </think> (default: none)");
   command->add_flag("--ignore-eos", options->ignore_eos,
                     "Keep generating past end-of-sequence tokens (for benchmarks)");
-  command->add_option("--mode", options->mode,
-                      "Decoding: auto (a drafter if one is found, else lookup), dspark, dflash, "
-                      "lookup or baseline");
-  command->add_option("--max-draft", options->max_draft, "Drafts per round: a number or 'auto'");
-  command->add_option("--drafter", options->drafter,
-                      "DSpark or DFlash drafter: a directory or a hub repo id");
-  command
-      ->add_option("--drafter-bits", options->drafter_bits,
-                   "Quantise the drafter to this many bits at load (0 = as stored)")
-      ->check(CLI::NonNegativeNumber);
-  command
-      ->add_option("--confidence-threshold", options->confidence_threshold,
-                   "DSpark: keep drafts while their confidence product stays at or above this")
-      ->check(CLI::Range(0.0, 1.0));
-  command->add_flag("--lookup-drafts", options->lookup_drafts,
-                    "Try prompt-lookup drafts before the model drafter each round");
+  add_decode_flags(*command, options->decode);
   command->callback([options] { run_generate(*options); });
 }
 

@@ -11,6 +11,7 @@
 #include "base/error.h"
 #include "base/thread_pool.h"
 #include "cli/commands.h"
+#include "cli/decode_flags.h"
 #include "engine/model_bundle.h"
 #include "hub/resolve.h"
 #include "server/server.h"
@@ -21,8 +22,7 @@ namespace {
 struct ServeOptions {
   std::string model;
   std::string models_dir;
-  std::string mode = "baseline";
-  int max_draft = 0;
+  DecodeFlags decode;
   server::ServerOptions http;
   int64_t default_max_tokens = 2048;
   int64_t max_tokens_cap = 32768;
@@ -31,6 +31,8 @@ struct ServeOptions {
   std::optional<float> default_top_p;
   std::optional<int> default_top_k;
   bool no_thinking = false;
+  int64_t reasoning_budget = 0;
+  std::string reasoning_budget_message;
   bool no_prefix_cache = false;
   int prefix_cache_slots = 2;
   int64_t prefix_cache_rungs = 8192;
@@ -50,13 +52,7 @@ void run_serve(const ServeOptions& options) {
   std::signal(SIGPIPE, SIG_IGN);
   if (options.threads > 0) set_default_threads(options.threads);
   server::EngineOptions engine_options;
-  const DecodeMode mode = parse_decode_mode(options.mode);
-  if (mode != DecodeMode::baseline && mode != DecodeMode::lookup) {
-    fail("--mode {}: serve supports baseline and lookup until the model drafters land",
-         options.mode);
-  }
-  engine_options.decode.options.mode = mode;
-  if (options.max_draft > 0) engine_options.decode.options.max_draft = options.max_draft;
+  cap_options(options.decode);  // a bad --max-draft fails before the server listens
   engine_options.default_max_tokens = options.default_max_tokens;
   engine_options.max_tokens_cap = options.max_tokens_cap;
   engine_options.context_window = options.context_window;
@@ -64,6 +60,8 @@ void run_serve(const ServeOptions& options) {
   engine_options.default_top_p = options.default_top_p;
   engine_options.default_top_k = options.default_top_k;
   if (options.no_thinking) engine_options.default_thinking = false;
+  engine_options.reasoning_budget = options.reasoning_budget;
+  engine_options.reasoning_budget_message = options.reasoning_budget_message;
   engine_options.max_queue = options.max_queue;
   engine_options.prefix_cache.enabled = !options.no_prefix_cache;
   engine_options.prefix_cache.slots = options.prefix_cache_slots;
@@ -94,12 +92,17 @@ void run_serve(const ServeOptions& options) {
       resolve.models_dir = options.models_dir;
       const std::string dir = resolve_model_or_download(options.model, resolve);
       auto bundle = load_model_bundle(dir);
-      fmt::print(stderr, "dspark serve: model {} ({}) ready, mode {}\n", bundle->name,
-                 bundle->model->architecture(), options.mode);
+      // The mode, drafter and cap policy are resolved once here; every request shares them.
+      std::string explanation;
+      server::EngineOptions loaded = engine_options;
+      loaded.decode = resolve_decode_flags(options.decode, options.model, options.models_dir,
+                                           *bundle, explanation);
+      fmt::print(stderr, "dspark serve: model {} ({}) ready, {}\n", bundle->name,
+                 bundle->model->architecture(), explanation);
       std::fflush(stderr);
       if (!stopping) {
         server.set_engine(
-            std::make_unique<server::Engine>(std::move(bundle), engine_options, server.metrics()));
+            std::make_unique<server::Engine>(std::move(bundle), loaded, server.metrics()));
       }
     } catch (const std::exception& e) {
       fmt::print(stderr, "dspark serve: error: could not load the model: {}\n", e.what());
@@ -128,9 +131,7 @@ void add_serve_command(CLI::App& app) {
       ->capture_default_str();
   command->add_option("--api-key", options->http.api_key,
                       "Require this key (Authorization: Bearer or x-api-key)");
-  command->add_option("--mode", options->mode, "Decoding: baseline or lookup")
-      ->capture_default_str();
-  command->add_option("--max-draft", options->max_draft, "Draft tokens per round (lookup)");
+  add_decode_flags(*command, options->decode);
   command
       ->add_option("--default-max-tokens", options->default_max_tokens,
                    "max_tokens when a request gives none")
@@ -144,6 +145,12 @@ void add_serve_command(CLI::App& app) {
   command->add_option("--default-top-p", options->default_top_p, "Default top_p");
   command->add_option("--default-top-k", options->default_top_k, "Default top_k");
   command->add_flag("--no-thinking", options->no_thinking, "Default enable_thinking = false");
+  command
+      ->add_option("--reasoning-budget", options->reasoning_budget,
+                   "Default thinking tokens before the block is closed for the model (0 = off)")
+      ->check(CLI::NonNegativeNumber);
+  command->add_option("--reasoning-budget-message", options->reasoning_budget_message,
+                      "Text injected before the forced </think> (default: none)");
   command->add_flag("--no-prefix-cache", options->no_prefix_cache,
                     "Do not reuse state across requests");
   command

@@ -4,6 +4,7 @@
 
 #include "base/error.h"
 #include "base/system_info.h"
+#include "engine/reasoning_budget.h"
 
 namespace dspark {
 
@@ -43,56 +44,111 @@ void check_prompt(const Model& model, const std::vector<int32_t>& prompt, const 
   }
 }
 
+int64_t tokens_left(const GenerationConfig& config, const Model& model, int64_t prompt_tokens,
+                    int64_t generated_tokens) {
+  return std::min(config.max_tokens - generated_tokens,
+                  model.max_context() - prompt_tokens - generated_tokens);
+}
+
 GenerationResult Generator::generate(const std::vector<int32_t>& prompt, ModelState& state,
                                      const GenerationConfig& config,
                                      const TokenCallback& on_token) const {
   check_prompt(model_, prompt, state);
   const int64_t vocab = model_.vocab_size();
+  const int64_t prompt_tokens = static_cast<int64_t>(prompt.size());
   GenerationResult result;
-  result.stats.prompt_tokens = static_cast<int64_t>(prompt.size());
+  result.stats.prompt_tokens = prompt_tokens;
   result.stats.cached_prompt_tokens = state.length();
   if (config.max_tokens <= 0) {
     result.finish_reason = FinishReason::length;
     return result;
   }
-  Rng rng(config.sampling.seed);
+  const SamplingParams& sampling = config.sampling;
+  // Sampling applies penalties to the logits in place; the logprob needs them as the model gave.
+  const bool copy_raw = config.logprobs && sampling.has_penalties();
+  Rng rng(sampling.seed);
   TokenCounts counts;
+  ReasoningBudget reasoning(config.reasoning_budget);
   ForwardOutput output;
+  std::vector<float> raw;
   const double prefill_start = now_seconds();
-  const int64_t new_tokens = static_cast<int64_t>(prompt.size()) - state.length();
+  const int64_t new_tokens = prompt_tokens - state.length();
   model_.forward(prompt.data() + state.length(), new_tokens, state, {new_tokens - 1}, {}, output);
   result.stats.prefill_seconds = now_seconds() - prefill_start;
   const double decode_start = now_seconds();
-  for (;;) {
-    float* logits = output.logits.data();
-    CommittedToken token;
-    if (config.sampling.top_logprobs > 0) {
-      token.alternatives = top_logprobs(logits, vocab, config.sampling.top_logprobs);
-    }
-    const std::vector<float> raw(logits, logits + vocab);
-    token.id = sample_token(config.sampling, counts, logits, vocab, rng);
-    token.logprob = logprob_of(raw.data(), vocab, token.id);
+
+  bool finished = false;
+  // Reports one token and decides whether generation ends there.
+  auto commit = [&](CommittedToken& token) {
     counts.add(token.id);
     result.tokens.push_back(token.id);
     ++result.stats.generated_tokens;
     const bool keep_going = on_token(token);
+    reasoning.on_token(token.id);
     if (std::find(config.eos_ids.begin(), config.eos_ids.end(), token.id) != config.eos_ids.end()) {
       result.finish_reason = FinishReason::eos;
-      break;
-    }
-    if (!keep_going) {
+      finished = true;
+    } else if (!keep_going) {
       result.finish_reason = FinishReason::stop;
-      break;
-    }
-    if (result.stats.generated_tokens >= config.max_tokens) {
+      finished = true;
+    } else if (result.stats.generated_tokens >= config.max_tokens) {
       result.finish_reason = FinishReason::length;
-      break;
+      finished = true;
     }
+  };
+
+  std::vector<int32_t> rows;
+  std::vector<int64_t> logit_rows;
+  for (;;) {
+    float* logits = output.logits.data();
+    CommittedToken token;
+    if (sampling.top_logprobs > 0) {
+      token.alternatives = top_logprobs(logits, vocab, sampling.top_logprobs);
+    }
+    if (copy_raw) raw.assign(logits, logits + vocab);
+    token.id = sample_token(sampling, counts, logits, vocab, rng);
+    if (config.logprobs)
+      token.logprob = logprob_of(copy_raw ? raw.data() : logits, vocab, token.id);
+    commit(token);
+    if (finished) break;
     if (state.length() >= model_.max_context()) {
       result.finish_reason = FinishReason::length;
       break;
     }
-    model_.forward(&token.id, 1, state, {0}, {}, output);
+    int32_t pending = token.id;
+    if (reasoning.due(tokens_left(config, model_, prompt_tokens, result.stats.generated_tokens))) {
+      // The forced ids go through one forward of [pending, forced[0 : n-1]], as in speculative
+      // decoding (speculative.md §8), so both decode the same rows.
+      reasoning.on_forced();
+      result.budget_forced = true;
+      const std::vector<int32_t>& forced = reasoning.forced_ids();
+      const int64_t n = static_cast<int64_t>(forced.size());
+      rows.assign(1, pending);
+      rows.insert(rows.end(), forced.begin(), forced.end() - 1);
+      logit_rows.clear();
+      if (config.logprobs || sampling.top_logprobs > 0) {
+        for (int64_t i = 0; i < n; ++i) logit_rows.push_back(i);
+      }
+      model_.forward(rows.data(), n, state, logit_rows, {}, output);
+      for (int64_t i = 0; i < n && !finished; ++i) {
+        CommittedToken forced_token;
+        forced_token.id = forced[i];
+        if (!logit_rows.empty()) {
+          const float* row = output.logits.data() + i * vocab;
+          if (config.logprobs) forced_token.logprob = logprob_of(row, vocab, forced_token.id);
+          if (sampling.top_logprobs > 0)
+            forced_token.alternatives = top_logprobs(row, vocab, sampling.top_logprobs);
+        }
+        commit(forced_token);
+      }
+      if (finished) break;
+      if (state.length() >= model_.max_context()) {
+        result.finish_reason = FinishReason::length;
+        break;
+      }
+      pending = forced.back();
+    }
+    model_.forward(&pending, 1, state, {0}, {}, output);
   }
   result.stats.decode_seconds = now_seconds() - decode_start;
   result.stats.peak_rss_bytes = peak_rss_bytes();

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/reasoning_budget.h"
 #include "engine/sampler.h"
 #include "model/model.h"
 
@@ -17,6 +18,9 @@ struct GenerationConfig {
   SamplingParams sampling;
   int64_t max_tokens = 256;
   std::vector<int32_t> eos_ids;
+  // Fill CommittedToken::logprob; off spares a log-softmax over the vocabulary per token.
+  bool logprobs = false;
+  ReasoningBudgetConfig reasoning_budget;
 };
 
 enum class FinishReason { eos, length, stop, cancelled };
@@ -38,7 +42,7 @@ struct GenerationStats {
 // What the caller is told about each committed token.
 struct CommittedToken {
   int32_t id = 0;
-  float logprob = 0.0f;                    // under the unmodified model distribution
+  float logprob = 0.0f;                    // under the unmodified model distribution, when asked
   std::vector<TokenLogprob> alternatives;  // when sampling.top_logprobs > 0
 };
 
@@ -46,6 +50,7 @@ struct GenerationResult {
   std::vector<int32_t> tokens;
   FinishReason finish_reason = FinishReason::length;
   GenerationStats stats;
+  bool budget_forced = false;  // the reasoning budget closed the thinking block
 };
 
 // Return false to end the generation after this token (e.g. a stop string completed).
@@ -54,6 +59,11 @@ using TokenCallback = std::function<bool(const CommittedToken&)>;
 // Throws unless the prompt is non-empty, inside the vocabulary, and has at least one token more
 // than `state` already holds.
 void check_prompt(const Model& model, const std::vector<int32_t>& prompt, const ModelState& state);
+
+// How many more tokens a generation may commit under max_tokens and the context; plain and
+// speculative decoding hand the same figure to the reasoning budget.
+int64_t tokens_left(const GenerationConfig& config, const Model& model, int64_t prompt_tokens,
+                    int64_t generated_tokens);
 
 class Generator {
  public:

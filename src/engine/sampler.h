@@ -22,6 +22,9 @@ struct SamplingParams {
   int top_logprobs = 0;  // how many alternatives to report with each token (0 = none)
 
   bool greedy() const { return temperature <= 0.0f; }
+  bool has_penalties() const {
+    return repetition_penalty != 1.0f || presence_penalty != 0.0f || frequency_penalty != 0.0f;
+  }
 };
 
 // A truncated, renormalised distribution: token ids with their probabilities, sorted by

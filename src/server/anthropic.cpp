@@ -260,6 +260,21 @@ ChatRequest parse_messages(const Json& body, bool count_only) {
   } else if (body.contains("tools") && !body["tools"].is_null()) {
     throw ApiError(400, "'tools' must be a list");
   }
+  if (body.contains("tool_choice") && !body["tool_choice"].is_null()) {
+    const Json& choice = body["tool_choice"];
+    const std::string type = choice.is_object() ? choice.value("type", "") : "";
+    if (type == "tool") {
+      apply_tool_choice(request, json_string(choice.value("name", Json()), "tool_choice.name"),
+                        true);
+    } else if (type == "auto" || type == "none") {
+      apply_tool_choice(request, type, false);
+    } else if (type == "any") {
+      apply_tool_choice(request, "required", false);
+    } else {
+      throw ApiError(400,
+                     "'tool_choice' must be {\"type\": \"auto\" | \"any\" | \"tool\" | \"none\"}");
+    }
+  }
   if (body.contains("stop_sequences"))
     request.stop = json_string_list(body["stop_sequences"], "stop_sequences");
   if (body.contains("stream") && !body["stream"].is_null())
@@ -280,10 +295,20 @@ ChatRequest parse_messages(const Json& body, bool count_only) {
       request.drop_reasoning = true;
     } else if (type == "enabled" || type == "adaptive") {
       request.enable_thinking = true;
+      // server-api.md §2: budget_tokens is the reasoning budget (an explicit reasoning_budget
+      // field still wins, below).
+      const Json& tokens = body["thinking"].value("budget_tokens", Json());
+      if (!tokens.is_null()) {
+        if (!tokens.is_number_integer() || tokens.get<int64_t>() < 0) {
+          throw ApiError(400, "'thinking.budget_tokens' must be a non-negative integer");
+        }
+        request.reasoning_budget = tokens.get<int64_t>();
+      }
     } else {
       throw ApiError(400, fmt::format("unknown thinking type '{}'", type));
     }
   }
+  parse_reasoning_budget(body, request);
   if (body.contains("chat_template_kwargs") && body["chat_template_kwargs"].is_object()) {
     const Json& kwargs = body["chat_template_kwargs"];
     if (kwargs.contains("enable_thinking"))

@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "base/system_info.h"
 #include "engine/stop_strings.h"
+#include "speculative/decode_report.h"
 #include "text/detokenizer_stream.h"
 
 namespace dspark::server {
@@ -104,8 +105,9 @@ PreparedPrompt Engine::prepare(const ChatRequest& request) const {
     } catch (const Error& e) {
       throw ApiError(400, fmt::format("could not apply chat template: {}", e.what()));
     }
-    prepared.parser =
-        ChatOutputParser::configure(template_->source(), prepared.text, request.tools);
+    prepared.parser = ChatOutputParser::configure(
+        template_->source(), prepared.text,
+        request.parse_tool_calls ? request.tools : nlohmann::ordered_json());
   }
   const int64_t n = static_cast<int64_t>(prepared.ids.size());
   if (n == 0) throw ApiError(400, "the prompt is empty", "", "prompt");
@@ -168,6 +170,7 @@ GenerationConfig Engine::generation_config(const ChatRequest& request,
   s.repetition_penalty = r.repetition_penalty;
   s.seed = r.seed ? *r.seed : std::random_device{}();
   s.top_logprobs = r.top_logprobs;
+  config.logprobs = request.logprobs;
   return config;
 }
 
@@ -175,6 +178,10 @@ std::shared_ptr<Job> Engine::submit(ChatRequest request, PreparedPrompt prompt) 
   auto job = std::make_shared<Job>();
   job->arrival = now_seconds();
   job->config = generation_config(request, static_cast<int64_t>(prompt.ids.size()));
+  job->config.reasoning_budget = resolve_reasoning_budget(
+      request, options_.reasoning_budget, options_.reasoning_budget_message,
+      prompt.parser.reasoning, prompt.parser.starts_in_reasoning, *bundle_->tokenizer,
+      bundle_->eos_ids);
   job->request = std::move(request);
   job->prompt = std::move(prompt);
   {
@@ -267,6 +274,25 @@ class ReasoningCounter {
   int64_t tokens_ = 0;
 };
 
+// Lends the engine's drafter to one run_generation, which destroys what its factory makes: the
+// drafter itself outlives the generation, to go back to the prefix cache with the state.
+class BorrowedDrafter final : public Drafter {
+ public:
+  explicit BorrowedDrafter(Drafter& drafter) : drafter_(drafter) {}
+  std::string name() const override { return drafter_.name(); }
+  std::vector<int> tap_layers() const override { return drafter_.tap_layers(); }
+  void on_target_rows(const int32_t* tokens, int64_t n, const float* taps) override {
+    drafter_.on_target_rows(tokens, n, taps);
+  }
+  int64_t context_rows() const override { return drafter_.context_rows(); }
+  void truncate_context(int64_t rows) override { drafter_.truncate_context(rows); }
+  Draft propose(const DraftRequest& request) override { return drafter_.propose(request); }
+  void on_verified(int drafted, int accepted) override { drafter_.on_verified(drafted, accepted); }
+
+ private:
+  Drafter& drafter_;
+};
+
 }  // namespace
 
 void Engine::run(Job& job) {
@@ -283,6 +309,14 @@ void Engine::run(Job& job) {
   ModelState& state = lease.state;
   std::vector<int32_t> generated;
   try {
+    // A model drafter reads the target's taps of every prompt row: a cache hit brings the drafter
+    // that ran with the cached state (its context cut to the same prefix), a miss starts afresh.
+    DecodeSetup setup = options_.decode;
+    if (setup.drafter) {
+      if (!lease.drafter) lease.drafter = setup.drafter();
+      setup.drafter = [&lease] { return std::make_unique<BorrowedDrafter>(*lease.drafter); };
+    }
+    const std::vector<int> taps = lease.drafter ? lease.drafter->tap_layers() : std::vector<int>{};
     // Prefill all but the last prompt token here, in chunks (cancellation points), taking the
     // prefix-cache checkpoints on the way; the generator runs the last token.
     std::vector<int64_t> marks;
@@ -302,7 +336,11 @@ void Engine::run(Job& job) {
     while (state.length() < prompt_len - 1 && !job.cancelled()) {
       int64_t end = std::min(state.length() + chunk, prompt_len - 1);
       if (next_mark < marks.size()) end = std::min(end, marks[next_mark]);
-      model.forward(prompt.data() + state.length(), end - state.length(), state, {}, {}, scratch);
+      const int64_t start = state.length();
+      model.forward(prompt.data() + start, end - start, state, {}, taps, scratch);
+      if (lease.drafter) {
+        lease.drafter->on_target_rows(prompt.data() + start, end - start, scratch.taps.data());
+      }
       if (next_mark < marks.size() && state.length() == marks[next_mark]) {
         lease.checkpoints.push_back(state.snapshot());
         ++next_mark;
@@ -344,8 +382,8 @@ void Engine::run(Job& job) {
         return !job.cancelled();
       };
       DecodeStats decode_stats;
-      GenerationResult result = run_generation(model, prompt, state, job.config, options_.decode,
-                                               on_token, &decode_stats);
+      GenerationResult result =
+          run_generation(model, prompt, state, job.config, setup, on_token, &decode_stats);
       if (!stopped_by_string) deliver(stops.push(detokenizer.flush()).emit + stops.flush());
       job.push(parser.finish());
       const bool has_tool_calls = job.saw_tool_call_;
@@ -359,34 +397,23 @@ void Engine::run(Job& job) {
         summary.finish = Finish::length;
       else
         summary.finish = has_tool_calls ? Finish::tool_calls : Finish::stop;
-      const GenerationStats& st = result.stats;
-      const auto& spec = decode_stats.speculative;
-      const double prefill_seconds = prefill_manual + st.prefill_seconds;
+      // Prefill ran here (all but the last prompt token) and in the generator (the last one).
+      GenerationStats st = result.stats;
+      st.cached_prompt_tokens = lease.cached_tokens;
+      st.prefill_seconds += prefill_manual;
       const double total = now_seconds() - job.started;
-      summary.stats = {
-          {"mode", decode_mode_name(decode_stats.mode)},
-          {"cap", decode_stats.cap},
-          {"accept_len", spec.tokens_per_round(st.generated_tokens)},
-          {"rounds", spec.rounds},
-          {"plain_steps", spec.plain_steps},
-          {"drafted", spec.drafted},
-          {"accepted", spec.accepted},
-          {"lookup_rounds", spec.lookup_rounds},
-          {"target_forwards", spec.target_forwards},
-          {"accepted_per_position", spec.position_accepted},
-          {"verified_per_position", spec.position_verified},
-          {"prompt_tokens", prompt_len},
-          {"cached_tokens", lease.cached_tokens},
-          {"completion_tokens", st.generated_tokens},
-          {"prefill_seconds", prefill_seconds},
-          {"decode_seconds", st.decode_seconds},
-          {"ttft_seconds", job.first_token >= 0 ? job.first_token - job.arrival : 0.0},
-          {"tokens_per_sec", total > 0 ? st.generated_tokens / total : 0.0},
-          {"decode_tokens_per_sec", st.decode_tokens_per_second()},
-      };
-      if (prompt_len - lease.cached_tokens >= 16 && prefill_seconds > 0) {
-        summary.stats["prefill_tokens_per_sec"] =
-            (prompt_len - lease.cached_tokens) / prefill_seconds;
+      summary.stats = decode_stats_json(decode_stats, st);
+      summary.stats["cached_tokens"] = lease.cached_tokens;
+      summary.stats["completion_tokens"] = st.generated_tokens;
+      summary.stats["ttft_seconds"] = job.first_token >= 0 ? job.first_token - job.arrival : 0.0;
+      // The reference's names (x_mlx_dspark) for the figures its clients read.
+      summary.stats["accept_len"] = summary.stats["accept"];
+      summary.stats["tokens_per_sec"] = total > 0 ? st.generated_tokens / total : 0.0;
+      summary.stats["decode_tokens_per_sec"] = st.decode_tokens_per_second();
+      // The reasoning budget closed the thinking block (engine/reasoning_budget.h).
+      summary.stats["budget_forced"] = result.budget_forced;
+      if (prompt_len - lease.cached_tokens >= 16 && st.prefill_seconds > 0) {
+        summary.stats["prefill_tokens_per_sec"] = st.prefill_tokens_per_second();
       }
     }
     if (cache_.enabled() && cache_.checkpointed() && state.length() > 0) {

@@ -31,6 +31,8 @@ struct EngineOptions {
   std::optional<float> default_top_p;
   std::optional<int> default_top_k;
   std::optional<bool> default_thinking;  // --no-thinking -> false
+  int64_t reasoning_budget = 0;          // --reasoning-budget: default thinking budget, 0 = off
+  std::string reasoning_budget_message;  // --reasoning-budget-message
   size_t max_queue = 64;
   int64_t prefill_chunk = 512;  // cancellation is checked between chunks
   PrefixCacheOptions prefix_cache;

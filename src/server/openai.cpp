@@ -128,6 +128,7 @@ void parse_common(const Json& body, ChatRequest& request) {
     }
   }
   if (body.contains("stop")) request.stop = json_string_list(body["stop"], "stop");
+  parse_reasoning_budget(body, request);
   if (body.contains("stream") && !body["stream"].is_null())
     request.stream = json_bool(body["stream"], "stream");
   if (body.contains("stream_options") && body["stream_options"].is_object()) {
@@ -351,6 +352,20 @@ ChatRequest parse_chat(const Json& body) {
         }
       }
       request.tools = OrderedJson(body["tools"]);
+    }
+  }
+  if (body.contains("tool_choice") && !body["tool_choice"].is_null()) {
+    const Json& choice = body["tool_choice"];
+    if (choice.is_string()) {
+      apply_tool_choice(request, choice.get<std::string>(), false);
+    } else if (choice.is_object() && choice.contains("function") &&
+               choice["function"].is_object()) {
+      apply_tool_choice(
+          request,
+          json_string(choice["function"].value("name", Json()), "tool_choice.function.name"), true);
+    } else {
+      throw ApiError(400, "'tool_choice' must be a string or {\"type\": \"function\", ...}", "",
+                     "tool_choice");
     }
   }
   if (body.contains("logprobs") && !body["logprobs"].is_null()) {

@@ -23,8 +23,9 @@ CacheLease PrefixCache::acquire(const std::vector<int32_t>& prompt) {
   int64_t best_usable = 0;
   const StateSnapshot* best_checkpoint = nullptr;
   for (auto it = slots_.begin(); options_.enabled && it != slots_.end(); ++it) {
-    const int64_t shared =
+    int64_t shared =
         std::min<int64_t>(static_cast<int64_t>(common_prefix(it->tokens, prompt)), limit);
+    if (it->drafter) shared = std::min(shared, it->drafter->context_rows());
     int64_t usable = 0;
     const StateSnapshot* checkpoint = nullptr;
     if (!recurrent_) {
@@ -59,6 +60,10 @@ CacheLease PrefixCache::acquire(const std::vector<int32_t>& prompt) {
     lease.state.trim(best_usable);
   }
   lease.cached_tokens = best_usable;
+  if (slot.drafter) {
+    slot.drafter->truncate_context(best_usable);
+    lease.drafter = std::move(slot.drafter);
+  }
   for (auto& checkpoint : slot.checkpoints) {
     if (checkpoint.length <= best_usable) lease.checkpoints.push_back(std::move(checkpoint));
   }
@@ -68,7 +73,8 @@ CacheLease PrefixCache::acquire(const std::vector<int32_t>& prompt) {
 void PrefixCache::release(CacheLease lease, std::vector<int32_t> tokens) {
   if (!options_.enabled) return;
   tokens.resize(std::min<size_t>(tokens.size(), lease.state.length()));
-  Slot slot{std::move(tokens), std::move(lease.state), std::move(lease.checkpoints)};
+  Slot slot{std::move(tokens), std::move(lease.state), std::move(lease.checkpoints),
+            std::move(lease.drafter)};
   std::lock_guard lock(mutex_);
   slots_.push_front(std::move(slot));
   while (static_cast<int>(slots_.size()) > std::max(options_.slots, 1)) slots_.pop_back();

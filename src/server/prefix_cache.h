@@ -4,14 +4,18 @@
 // longest common prefix with the new prompt. Recurrent (Mamba) layers cannot be trimmed without a
 // record, so for hybrid models a slot also keeps checkpoints (state snapshots) taken at the
 // stable prompt boundary, every `rung_interval` prompt tokens and at the end of the generation;
-// the deepest checkpoint inside the common prefix is restored. Slots are evicted LRU.
+// the deepest checkpoint inside the common prefix is restored. A model drafter's context (the
+// projected target rows it consumed) travels with the slot and is truncated to the same prefix, so
+// a hit gives the drafter the context it would have had without the cache. Slots are evicted LRU.
 #include <cstdint>
 #include <list>
+#include <memory>
 #include <mutex>
 #include <vector>
 
 #include "model/model.h"
 #include "model/state.h"
+#include "speculative/drafter.h"
 
 namespace dspark::server {
 
@@ -26,6 +30,9 @@ struct CacheLease {
   ModelState state;
   int64_t cached_tokens = 0;               // prompt tokens the state already holds
   std::vector<StateSnapshot> checkpoints;  // all are prefixes of the new prompt
+  // The drafter that ran with the state, its context truncated to cached_tokens rows; null on a
+  // miss or when the generation ran without a model drafter.
+  std::unique_ptr<Drafter> drafter;
 };
 
 class PrefixCache {
@@ -35,7 +42,9 @@ class PrefixCache {
   // A state holding the longest reusable prefix of `prompt` (never all of it: the last prompt
   // token must be run to get the first logits).
   CacheLease acquire(const std::vector<int32_t>& prompt);
-  // Gives the state back; `tokens` are the tokens it holds (its first state.length() tokens).
+  // Gives the state (and drafter) back; `tokens` are the tokens the state holds (its first
+  // state.length() tokens). A drafter holding fewer rows than the state limits later reuse to
+  // its rows.
   void release(CacheLease lease, std::vector<int32_t> tokens);
   // Forgets everything (after a failure that may have left a state inconsistent).
   void clear();
@@ -57,6 +66,7 @@ class PrefixCache {
     std::vector<int32_t> tokens;
     ModelState state;
     std::vector<StateSnapshot> checkpoints;
+    std::unique_ptr<Drafter> drafter;
   };
   static int64_t slot_bytes(const Slot& slot);
 

@@ -112,6 +112,59 @@ std::vector<std::string> json_string_list(const nlohmann::json& value, const cha
   return out;
 }
 
+void apply_tool_choice(ChatRequest& request, const std::string& choice, bool named) {
+  if (named) {
+    nlohmann::ordered_json kept = nlohmann::ordered_json::array();
+    for (const auto& tool : request.tools) {
+      if (tool["function"].value("name", "") == choice) kept.push_back(tool);
+    }
+    if (kept.empty()) {
+      throw ApiError(400,
+                     fmt::format("tool_choice names '{}', which is not among the tools", choice),
+                     "", "tool_choice");
+    }
+    request.tools = std::move(kept);
+  } else if (choice == "none") {
+    request.parse_tool_calls = false;
+  } else if (choice != "auto" && choice != "required") {
+    throw ApiError(400, fmt::format("unknown tool_choice '{}'", choice), "", "tool_choice");
+  }
+  if (choice == "required" && request.tools.is_null()) {
+    throw ApiError(400, "tool_choice 'required' needs tools", "", "tool_choice");
+  }
+}
+
+void parse_reasoning_budget(const nlohmann::json& body, ChatRequest& request) {
+  if (body.contains("reasoning_budget") && !body["reasoning_budget"].is_null()) {
+    const nlohmann::json& value = body["reasoning_budget"];
+    // nlohmann keeps bools apart from numbers, so a bool fails here as well.
+    if (!value.is_number_integer() || value.get<int64_t>() < 0) {
+      throw ApiError(400,
+                     fmt::format("'reasoning_budget' must be a non-negative integer (0 = off), "
+                                 "got {}",
+                                 value.dump()),
+                     "", "reasoning_budget");
+    }
+    request.reasoning_budget = value.get<int64_t>();
+  }
+  if (body.contains("reasoning_budget_message") && !body["reasoning_budget_message"].is_null()) {
+    request.reasoning_budget_message =
+        json_string(body["reasoning_budget_message"], "reasoning_budget_message");
+  }
+}
+
+ReasoningBudgetConfig resolve_reasoning_budget(const ChatRequest& request, int64_t default_budget,
+                                               const std::string& default_message,
+                                               const std::optional<ReasoningSyntax>& syntax,
+                                               bool starts_in_reasoning, const Tokenizer& tokenizer,
+                                               const std::vector<int32_t>& eos_ids) {
+  const int64_t budget = request.reasoning_budget.value_or(default_budget);
+  if (!syntax || budget <= 0) return {};
+  return make_reasoning_budget(tokenizer, budget,
+                               request.reasoning_budget_message.value_or(default_message),
+                               syntax->start, syntax->end, starts_in_reasoning, eos_ids);
+}
+
 std::string random_id(const std::string& prefix) {
   thread_local std::mt19937_64 engine(std::random_device{}());
   return prefix + fmt::format("{:016x}{:08x}", engine(), static_cast<uint32_t>(engine()));

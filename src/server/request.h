@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "engine/reasoning_budget.h"
 #include "engine/sampler.h"
+#include "text/reasoning_parser.h"
 
 namespace dspark::server {
 
@@ -64,12 +66,19 @@ struct ChatRequest {
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   std::optional<std::string> raw_prompt;  // /v1/completions: no template
   nlohmann::ordered_json tools;           // null = no tools
+  // "none" still renders the tools but parses no calls; a named function keeps only that tool.
+  // Calls are not forced ("required" behaves as "auto"): there is no constrained decoding.
+  bool parse_tool_calls = true;
   nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();
   // enable_thinking as the request decided it (kwargs > effort / thinking.type); nullopt = server
   // default.
   std::optional<bool> enable_thinking;
   bool drop_reasoning = false;  // Anthropic thinking: disabled
   std::optional<int64_t> max_tokens;
+  // Thinking tokens before the block is forced closed (reference-product.md §7.4); nullopt = the
+  // server default, 0 = off.
+  std::optional<int64_t> reasoning_budget;
+  std::optional<std::string> reasoning_budget_message;  // nullopt = the server default
   std::vector<std::string> stop;
   RequestSampling sampling;
   bool logprobs = false;
@@ -109,6 +118,21 @@ bool json_bool(const nlohmann::json& value, const char* field);
 std::string json_string(const nlohmann::json& value, const char* field);
 // A string or a list of strings (OpenAI `stop`).
 std::vector<std::string> json_string_list(const nlohmann::json& value, const char* field);
+// Applies tool_choice: `choice` is "auto", "none", "required" or a function name (`named`);
+// throws 400 for an unknown choice or a name that is not among the request's tools.
+void apply_tool_choice(ChatRequest& request, const std::string& choice, bool named);
+// Reads `reasoning_budget` (a non-negative integer: bools, fractions and negatives are a 400) and
+// `reasoning_budget_message` (a string) when present and not null. Every dialect takes them.
+void parse_reasoning_budget(const nlohmann::json& body, ChatRequest& request);
+
+// The budget a generation runs with: the request's fields over the server's defaults; off when
+// the template has no thinking markers (`syntax` empty).
+ReasoningBudgetConfig resolve_reasoning_budget(const ChatRequest& request, int64_t default_budget,
+                                               const std::string& default_message,
+                                               const std::optional<ReasoningSyntax>& syntax,
+                                               bool starts_in_reasoning, const Tokenizer& tokenizer,
+                                               const std::vector<int32_t>& eos_ids);
+
 // "prefix" + 24 random hex digits.
 std::string random_id(const std::string& prefix);
 

@@ -203,6 +203,18 @@ ChatRequest parse(const Json& body) {
     }
     if (!tools.empty()) request.tools = tools;
   }
+  if (body.contains("tool_choice") && !body["tool_choice"].is_null()) {
+    const Json& choice = body["tool_choice"];
+    if (choice.is_string()) {
+      apply_tool_choice(request, choice.get<std::string>(), false);
+    } else if (choice.is_object() && choice.value("type", "") == "function") {
+      apply_tool_choice(request, json_string(choice.value("name", Json()), "tool_choice.name"),
+                        true);
+    } else {
+      throw ApiError(400, "'tool_choice' must be a string or {\"type\": \"function\", \"name\"}",
+                     "", "tool_choice");
+    }
+  }
   if (body.contains("max_output_tokens") && !body["max_output_tokens"].is_null()) {
     request.max_tokens = json_int(body["max_output_tokens"], "max_output_tokens");
     if (*request.max_tokens < 1) throw ApiError(400, "'max_output_tokens' must be at least 1");
@@ -221,6 +233,7 @@ ChatRequest parse(const Json& body) {
     else if (!effort.empty())
       request.enable_thinking = true;
   }
+  parse_reasoning_budget(body, request);
   return request;
 }
 

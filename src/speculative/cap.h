@@ -87,7 +87,7 @@ class AutoCapController : public CapPolicy {
   void set_context(int64_t tokens) { context_ = tokens; }
   void on_context(int64_t tokens) override { set_context(tokens); }
 
-  int current_cap() const { return cap_; }
+  int current_cap() const override { return cap_; }
   bool parked() const { return cap_ == 0; }
   double acceptance() const { return p_; }
   int64_t observations() const { return observations_; }

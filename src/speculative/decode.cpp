@@ -63,7 +63,7 @@ GenerationResult run_generation(const Model& model, const std::vector<int32_t>& 
   std::unique_ptr<CapPolicy> caps;
   if (setup.cap_policy) caps = setup.cap_policy(options);
   if (!caps) caps = std::make_unique<FixedCap>(options.max_draft.value_or(kFallbackCap));
-  out.cap = caps->cap_for_round();
+  out.cap = caps->current_cap();
   std::unique_ptr<LookupDrafter> lookup;
   SpeculativeOptions speculative;
   if (options.lookup_drafts) {

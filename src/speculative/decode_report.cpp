@@ -75,6 +75,7 @@ nlohmann::json decode_stats_json(const DecodeStats& decode, const GenerationStat
     out["cap"] = decode.cap;
     out["rounds"] = spec.rounds;
     out["plain_steps"] = spec.plain_steps;
+    out["target_forwards"] = spec.target_forwards;
     out["lookup_rounds"] = spec.lookup_rounds;
     out["drafted"] = spec.drafted;
     out["accepted"] = spec.accepted;

@@ -46,6 +46,10 @@ void DFlashDrafter::on_target_rows(const int32_t* tokens, int64_t n, const float
   if (n > 0) head_->backbone().append_context(taps, n, context_);
 }
 
+void DFlashDrafter::truncate_context(int64_t rows) {
+  head_->backbone().truncate_context(rows, context_);
+}
+
 Draft DFlashDrafter::propose(const DraftRequest& request) {
   const BackboneConfig& b = head_->config().backbone;
   const int64_t H = b.hidden, V = head_->target().vocab_size();

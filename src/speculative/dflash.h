@@ -41,6 +41,8 @@ class DFlashDrafter final : public Drafter {
   std::string name() const override { return "dflash"; }
   std::vector<int> tap_layers() const override;
   void on_target_rows(const int32_t* tokens, int64_t n, const float* taps) override;
+  int64_t context_rows() const override { return context_.length; }
+  void truncate_context(int64_t rows) override;
   Draft propose(const DraftRequest& request) override;
   // Logits [drafts, vocab] of the last propose (for the reference comparison).
   const std::vector<float>& last_logits() const { return last_logits_; }

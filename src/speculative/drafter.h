@@ -39,6 +39,13 @@ class Drafter {
   virtual void on_target_rows(const int32_t* tokens, int64_t n, const float* taps) {
     (void)tokens, (void)n, (void)taps;
   }
+  // Target rows the drafter holds (what on_target_rows fed it, in order); 0 for drafters that
+  // keep no per-row context.
+  virtual int64_t context_rows() const { return 0; }
+  // Keeps only the first `rows` rows (rows <= context_rows()), leaving exactly the context a
+  // drafter fed only those rows would hold: the server's prefix cache resumes a shared prefix of
+  // an earlier sequence this way.
+  virtual void truncate_context(int64_t rows) { (void)rows; }
   virtual Draft propose(const DraftRequest& request) = 0;
   // The target verified `drafted` of this drafter's tokens and accepted the first `accepted`.
   virtual void on_verified(int drafted, int accepted) { (void)drafted, (void)accepted; }

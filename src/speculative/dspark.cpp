@@ -150,14 +150,18 @@ void DSparkDrafter::on_target_rows(const int32_t* tokens, int64_t n, const float
   if (n > 0) head_->backbone().append_context(taps, n, context_);
 }
 
+void DSparkDrafter::truncate_context(int64_t rows) {
+  head_->backbone().truncate_context(rows, context_);
+}
+
 Draft DSparkDrafter::propose(const DraftRequest& request) {
   const DSparkConfig& c = head_->config();
   const int64_t H = c.backbone.hidden, Vd = c.draft_vocab, r = c.markov_rank;
   const int64_t position = static_cast<int64_t>(request.committed.size()) - 1;
   if (position != context_.length) {
     fail(
-        "DSpark drafter context holds {} rows but {} tokens precede the pending one (the target "
-        "rows of a cached prefix never reached the drafter)",
+        "DSpark drafter context holds {} rows but {} tokens precede the pending one (every target "
+        "row must reach the drafter)",
         context_.length, position);
   }
   Draft draft;

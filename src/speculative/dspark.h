@@ -65,6 +65,8 @@ class DSparkDrafter final : public Drafter {
   std::string name() const override { return "dspark"; }
   std::vector<int> tap_layers() const override;
   void on_target_rows(const int32_t* tokens, int64_t n, const float* taps) override;
+  int64_t context_rows() const override { return context_.length; }
+  void truncate_context(int64_t rows) override;
   Draft propose(const DraftRequest& request) override;
 
   // What the last propose computed, before confidence truncation (tests compare them with the

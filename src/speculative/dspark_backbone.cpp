@@ -146,6 +146,18 @@ void DrafterBackbone::append_context(const float* taps, int64_t n, DrafterContex
   context.length += n;
 }
 
+void DrafterBackbone::truncate_context(int64_t rows, DrafterContext& context) const {
+  if (rows < 0 || rows > context.length) {
+    fail("cannot truncate a drafter context of {} rows to {}", context.length, rows);
+  }
+  const int64_t kv_width = config_.kv_heads * config_.head_dim;
+  for (int64_t l = 0; l < config_.layers; ++l) {
+    context.keys[l].resize(static_cast<size_t>(rows * kv_width));
+    context.values[l].resize(static_cast<size_t>(rows * kv_width));
+  }
+  context.length = rows;
+}
+
 void DrafterBackbone::run_block(const float* embedded, int64_t width, const DrafterContext& context,
                                 float* hidden) const {
   const BackboneConfig& c = config_;

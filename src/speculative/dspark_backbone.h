@@ -28,6 +28,9 @@ class DrafterBackbone {
   DrafterContext new_context() const;
   // Appends n rows of fused taps [n, n_taps * hidden] at positions context.length ...
   void append_context(const float* taps, int64_t n, DrafterContext& context) const;
+  // Keeps the first `rows` rows: each row depends only on its own taps and position, so the
+  // result equals a context fed only those rows.
+  void truncate_context(int64_t rows, DrafterContext& context) const;
   // Runs the embedded block [width, hidden] at positions context.length ... and writes the
   // final-normed hidden states [width, hidden].
   void run_block(const float* embedded, int64_t width, const DrafterContext& context,

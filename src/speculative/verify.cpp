@@ -5,11 +5,12 @@
 
 #include "base/error.h"
 #include "base/system_info.h"
+#include "engine/reasoning_budget.h"
 
 namespace dspark {
 
 double SpeculativeStats::tokens_per_round(int64_t generated_tokens) const {
-  const int64_t forwards = rounds + plain_steps;
+  const int64_t forwards = rounds + plain_steps + forced_forwards;
   // The first generated token comes from prefill, not from a round.
   return forwards > 0 ? double(generated_tokens - 1) / forwards : 0.0;
 }
@@ -62,11 +63,6 @@ bool is_eos(const GenerationConfig& config, int32_t id) {
   return std::find(config.eos_ids.begin(), config.eos_ids.end(), id) != config.eos_ids.end();
 }
 
-bool penalties_active(const SamplingParams& params) {
-  return params.repetition_penalty != 1.0f || params.presence_penalty != 0.0f ||
-         params.frequency_penalty != 0.0f;
-}
-
 }  // namespace
 
 GenerationResult SpeculativeGenerator::generate(const std::vector<int32_t>& prompt,
@@ -82,8 +78,10 @@ GenerationResult SpeculativeGenerator::generate(const std::vector<int32_t>& prom
 
   const SamplingParams& sampling = config.sampling;
   const std::vector<int> taps = drafter_.tap_layers();
+  const int64_t prompt_tokens = static_cast<int64_t>(prompt.size());
   Rng rng(sampling.seed);
   TokenCounts counts;
+  ReasoningBudget reasoning(config.reasoning_budget);
   std::vector<int32_t> committed = prompt;
   ForwardOutput output;
 
@@ -97,11 +95,15 @@ GenerationResult SpeculativeGenerator::generate(const std::vector<int32_t>& prom
   const double decode_start = now_seconds();
 
   bool finished = false;
-  // Commits one token: reports it and decides whether generation ends here.
+  // The reasoning budget is consulted after every commit, as plain decoding does, so a round
+  // stops committing at the token where plain decoding would inject the forced ids.
+  bool forced_due = false;
+  // Commits one token: reports it and decides whether generation ends here. `raw_logits` is the
+  // row the token was chosen from; null when neither logprobs nor alternatives are wanted.
   auto commit = [&](int32_t id, const float* raw_logits) {
     CommittedToken token;
     token.id = id;
-    token.logprob = logprob_of(raw_logits, vocab, id);
+    if (config.logprobs) token.logprob = logprob_of(raw_logits, vocab, id);
     if (sampling.top_logprobs > 0)
       token.alternatives = top_logprobs(raw_logits, vocab, sampling.top_logprobs);
     counts.add(id);
@@ -109,6 +111,7 @@ GenerationResult SpeculativeGenerator::generate(const std::vector<int32_t>& prom
     result.tokens.push_back(id);
     ++result.stats.generated_tokens;
     const bool keep_going = on_token(token);
+    reasoning.on_token(id);
     if (is_eos(config, id)) {
       result.finish_reason = FinishReason::eos;
       finished = true;
@@ -119,7 +122,12 @@ GenerationResult SpeculativeGenerator::generate(const std::vector<int32_t>& prom
       result.finish_reason = FinishReason::length;
       finished = true;
     }
+    if (!finished) {
+      forced_due =
+          reasoning.due(tokens_left(config, model_, prompt_tokens, result.stats.generated_tokens));
+    }
   };
+  const bool wants_rows = config.logprobs || sampling.top_logprobs > 0;
 
   {
     std::vector<float> row = output.logits;
@@ -135,6 +143,33 @@ GenerationResult SpeculativeGenerator::generate(const std::vector<int32_t>& prom
     if (state.length() + 1 >= model_.max_context()) {
       result.finish_reason = FinishReason::length;
       break;
+    }
+    if (forced_due) {
+      // speculative.md §8: one forward of [pending, forced[0 : n-1]], accepted unconditionally.
+      forced_due = false;
+      reasoning.on_forced();
+      result.budget_forced = true;
+      const std::vector<int32_t>& forced = reasoning.forced_ids();
+      const int64_t n = static_cast<int64_t>(forced.size());
+      rows.assign(1, committed.back());
+      rows.insert(rows.end(), forced.begin(), forced.end() - 1);
+      logit_rows.clear();
+      if (wants_rows) {
+        logit_rows.resize(n);
+        std::iota(logit_rows.begin(), logit_rows.end(), 0);
+      }
+      const double verify_start = now_seconds();
+      state.set_recording(false);
+      model_.forward(rows.data(), n, state, logit_rows, taps, output);
+      ++stats_.target_forwards;
+      ++stats_.forced_forwards;
+      stats_.verify_seconds += now_seconds() - verify_start;
+      drafter_.on_target_rows(rows.data(), n, output.taps.data());
+      for (int64_t i = 0; i < n && !finished; ++i) {
+        commit(forced[i], wants_rows ? output.logits.data() + i * vocab : nullptr);
+      }
+      if (options_.after_round) options_.after_round(state);
+      continue;
     }
     const int64_t remaining = config.max_tokens - result.stats.generated_tokens;
     // Drafts that can still be committed (plus the correction/bonus) and still fit the context.
@@ -187,7 +222,7 @@ GenerationResult SpeculativeGenerator::generate(const std::vector<int32_t>& prom
     std::vector<int32_t> to_commit;
     int64_t accepted = 0;
     TokenCounts row_counts;
-    const bool penalize = penalties_active(sampling);
+    const bool penalize = sampling.has_penalties();
     if (penalize) row_counts = counts;
     for (int64_t i = 0; i <= drafts; ++i) {
       const float* raw = output.logits.data() + i * vocab;
@@ -244,14 +279,20 @@ GenerationResult SpeculativeGenerator::generate(const std::vector<int32_t>& prom
     }
     ++stats_.committed_histogram[committed_now];
 
-    // Commit the accepted drafts, then the correction or bonus, stopping where generation ends.
-    for (int64_t i = 0; i < accepted && !finished; ++i) {
+    // Commit the accepted drafts, then the correction or bonus, stopping where generation ends
+    // or the reasoning budget fires.
+    int64_t committed_round = 0;
+    for (int64_t i = 0; i < accepted && !finished && !forced_due; ++i, ++committed_round) {
       commit(draft.tokens[i], output.logits.data() + i * vocab);
     }
-    if (!finished) commit(to_commit.back(), output.logits.data() + accepted * vocab);
+    if (!finished && !forced_due) {
+      commit(to_commit.back(), output.logits.data() + accepted * vocab);
+      ++committed_round;
+    }
 
-    // Roll back to the accept point: pending plus the accepted drafts stay in the state.
-    const int64_t keep = accepted + 1;
+    // Roll back to the accept point: pending plus the accepted drafts stay in the state (fewer
+    // when the budget cut the round: the last committed token is then the pending one).
+    const int64_t keep = forced_due ? committed_round : accepted + 1;
     if (keep < drafts + 1) state.trim(length_before + keep);
     drafter_.on_target_rows(rows.data(), keep, output.taps.data());
     if (drafts > 0) source->on_verified(static_cast<int>(drafts), static_cast<int>(accepted));

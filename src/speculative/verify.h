@@ -7,7 +7,9 @@
 //
 // Output equals plain decoding's (engine/generator.h) token for token when greedy, and follows the
 // same target distribution when sampling: penalties are applied per verify row with the counts of
-// every token before that row, exactly as sequential decoding would.
+// every token before that row, exactly as sequential decoding would. The reasoning budget is
+// consulted after every committed token as in plain decoding: a round stops committing where it
+// fires, and the forced ids take one forward of their own.
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -24,6 +26,7 @@ constexpr int64_t kMaxDraftsPerRound = 31;
 struct SpeculativeStats {
   int64_t rounds = 0;           // target forwards that verified at least one draft
   int64_t plain_steps = 0;      // width-1 target forwards (no draft this round)
+  int64_t forced_forwards = 0;  // forwards that committed the reasoning budget's forced ids
   int64_t target_forwards = 0;  // including prefill chunks as one
   int64_t drafted = 0;
   int64_t accepted = 0;
@@ -46,7 +49,10 @@ struct SpeculativeStats {
 class CapPolicy {
  public:
   virtual ~CapPolicy() = default;
+  // The cap of the next round; advances a controller's round count.
   virtual int cap_for_round() = 0;
+  // The cap as it stands, without counting a round (for reports).
+  virtual int current_cap() const = 0;
   // The sequence now holds `tokens` committed tokens (the context depth the next round runs at).
   virtual void on_context(int64_t tokens) { (void)tokens; }
   // A drafter (not lookup) round ended: `cap_used` drafts offered, `accepted` taken.
@@ -59,6 +65,7 @@ class FixedCap : public CapPolicy {
  public:
   explicit FixedCap(int cap) : cap_(cap) {}
   int cap_for_round() override { return cap_; }
+  int current_cap() const override { return cap_; }
 
  private:
   int cap_;

@@ -245,7 +245,7 @@ def scripted(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(scripted):
-    s = LiveServer(scripted[0])
+    s = LiveServer(scripted[0], "--mode", "baseline")
     yield s
     s.stop()
 
@@ -435,3 +435,63 @@ def test_anthropic_tool_use(server, scripted):
     answer = client.messages.create(**dict(kwargs, messages=history, thinking={"type": "disabled"}))
     assert answer.stop_reason == "end_turn"
     assert [b.type for b in answer.content] == ["text"] and answer.content[0].text == "Sure."
+
+
+def test_tool_choice(server, scripted):
+    tokenizer = scripted[2]
+    other = {"type": "function", "function": {"name": "get_time", "parameters": {
+        "type": "object", "properties": {"zone": {"type": "string"}}}}}
+    client = oa(server)
+    # A named function keeps only that tool in the prompt.
+    named = client.chat.completions.create(
+        model="m", messages=QUESTION, tools=[other, WEATHER_TOOL], temperature=0,
+        tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    assert named.usage.prompt_tokens == len(
+        tokenizer.encode(render(QUESTION, [WEATHER_TOOL]), add_special_tokens=False).ids)
+    assert json.loads(named.choices[0].message.tool_calls[0].function.arguments) == CALL_ARGUMENTS
+    # "none" renders the tools but parses no call: the model's text comes back as content.
+    none = client.chat.completions.create(model="m", messages=QUESTION, tools=[WEATHER_TOOL],
+                                          temperature=0, tool_choice="none")
+    assert none.choices[0].finish_reason == "stop" and not none.choices[0].message.tool_calls
+    assert "<function=get_weather>" in none.choices[0].message.content
+    assert none.usage.prompt_tokens == named.usage.prompt_tokens
+    for bad in ({"type": "function", "function": {"name": "nope"}}, "sometimes"):
+        with pytest.raises(openai.BadRequestError, match="tool_choice"):
+            client.chat.completions.create(model="m", messages=QUESTION, tools=[WEATHER_TOOL],
+                                           tool_choice=bad)
+    anthropic_any = an(server).messages.create(
+        model="c", max_tokens=200, messages=QUESTION, tools=[ANTHROPIC_TOOL],
+        tool_choice={"type": "any"}, extra_body={"temperature": 0})
+    assert anthropic_any.stop_reason == "tool_use"
+    with pytest.raises(anthropic.BadRequestError, match="tool_choice"):
+        an(server).messages.create(model="c", max_tokens=20, messages=QUESTION,
+                                   tools=[ANTHROPIC_TOOL], tool_choice={"type": "tool", "name": "x"})
+
+
+def test_responses_function_calls(server, scripted):
+    tokenizer = scripted[2]
+    tool = dict(WEATHER_TOOL["function"], type="function")
+    client = oa(server)
+    ask = dict(model="m", input="Weather in Paris?", tools=[tool], temperature=0)
+    whole = client.responses.create(**ask)
+    [call] = [item for item in whole.output if item.type == "function_call"]
+    assert call.name == "get_weather" and json.loads(call.arguments) == CALL_ARGUMENTS
+    assert call.call_id.startswith("call_")
+    events = list(client.responses.create(**ask, stream=True))
+    done = [e.item for e in events if e.type == "response.output_item.done"]
+    assert [json.loads(i.arguments) for i in done if i.type == "function_call"] == [CALL_ARGUMENTS]
+    deltas = "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta")
+    assert json.loads(deltas) == CALL_ARGUMENTS
+    assert events[-1].type == "response.completed"
+    # The call and its output go back as input items; the model answers.
+    history = [{"role": "user", "content": "Weather in Paris?"},
+               {"type": "function_call", "call_id": call.call_id, "name": call.name,
+                "arguments": call.arguments},
+               {"type": "function_call_output", "call_id": call.call_id, "output": "Sunny, 21 C"}]
+    answer = client.responses.create(model="m", input=history, tools=[tool], temperature=0)
+    assert answer.output_text == "Sure."
+    prompt = tokenizer.encode(render(tool_turn(CALL_ARGUMENTS), [WEATHER_TOOL]),
+                              add_special_tokens=False).ids
+    assert answer.usage.input_tokens == len(prompt)
+    with pytest.raises(openai.BadRequestError, match="tool_choice"):
+        client.responses.create(**ask, tool_choice={"type": "function", "name": "nope"})

@@ -10,6 +10,7 @@
 
 #include "formats/model_store.h"
 #include "spec_models.h"
+#include "speculative/decode.h"
 #include "speculative/lookup.h"
 
 namespace dspark {
@@ -343,6 +344,185 @@ TEST(LosslessSampling, FirstTwoTokensFollowTheTargetWithAWrongDrafter) {
   }
   EXPECT_LT(chi, chi_square_critical(cells - 1)) << cells << " cells";
   EXPECT_GT(generator.stats().drafted, 0);
+}
+
+// Reasoning budget (speculative.md §8): with the prompt opening the block, each case spells some
+// plain-decoding tokens as markers; the budget fires where ReasoningBudget says, plain decoding
+// then continues greedily after the forced ids, and every drafter and cap reproduces it exactly.
+TEST(ReasoningBudgetDecoding, SpeculativeEqualsPlainWithTheBudget) {
+  testing::TinyCheckpoint checkpoint(31);
+  testing::fill_nemotron(checkpoint, "M*EMEM-");
+  const std::string dir = testing::write_stored(checkpoint, Storage::bf16, "budget");
+  auto model = load_model(dir);
+  const int64_t vocab = model->vocab_size();
+  const std::vector<int32_t> forced = {3, 4, 5, 6, 7};
+  const int64_t max_tokens = 18;
+  int fired_cases = 0, quiet_cases = 0;
+  const auto prompts = test_prompts(vocab);
+  for (size_t p = 0; p < 2; ++p) {
+    const std::vector<int32_t>& prompt = prompts[p];
+    const PlainRun plain = plain_run(*model, prompt, max_tokens);
+    struct Case {
+      int64_t budget;
+      std::map<int32_t, std::string> spelled;  // tokens spelled otherwise than "x"
+    };
+    const std::vector<Case> cases = {
+        {1, {}},
+        {4, {}},
+        {2, {{plain.tokens[1], "</"}}},        // holds off a token past the budget
+        {5, {{plain.tokens[2], "</think>"}}},  // the model closes the block first
+    };
+    for (const Case& c : cases) {
+      GenerationConfig config;
+      config.max_tokens = max_tokens;
+      config.reasoning_budget.budget = c.budget;
+      config.reasoning_budget.forced_ids = forced;
+      config.reasoning_budget.starts_in_reasoning = true;
+      config.reasoning_budget.token_text = [spelled = c.spelled](int32_t id) {
+        auto found = spelled.find(id);
+        return found != spelled.end() ? found->second : std::string("x");
+      };
+      // Where the budget fires on plain decoding's tokens, if it does.
+      ReasoningBudget walk(config.reasoning_budget);
+      int64_t fire_at = -1;
+      for (int64_t i = 0; i < max_tokens && fire_at < 0; ++i) {
+        walk.on_token(plain.tokens[i]);
+        if (walk.due(max_tokens - i - 1)) fire_at = i + 1;
+      }
+      std::vector<int32_t> expected = plain.tokens;
+      if (fire_at >= 0) {
+        ++fired_cases;
+        // Plain budgets fire at the count; the "</" case holds off past it.
+        if (c.spelled.empty()) {
+          EXPECT_EQ(fire_at, c.budget);
+        } else {
+          EXPECT_GT(fire_at, c.budget);
+        }
+        std::vector<int32_t> context = prompt;
+        context.insert(context.end(), plain.tokens.begin(), plain.tokens.begin() + fire_at);
+        context.insert(context.end(), forced.begin(), forced.end());
+        expected.assign(plain.tokens.begin(), plain.tokens.begin() + fire_at);
+        expected.insert(expected.end(), forced.begin(), forced.end());
+        const int64_t rest = max_tokens - static_cast<int64_t>(expected.size());
+        if (rest > 0) {
+          const PlainRun after = plain_run(*model, context, rest);
+          expected.insert(expected.end(), after.tokens.begin(), after.tokens.end());
+        }
+      } else {
+        ++quiet_cases;
+      }
+      ModelState plain_state = model->new_state();
+      const GenerationResult reference = Generator(*model).generate(
+          prompt, plain_state, config, [](const CommittedToken&) { return true; });
+      ASSERT_EQ(reference.tokens, expected) << "budget " << c.budget;
+      EXPECT_EQ(reference.budget_forced, fire_at >= 0);
+
+      std::vector<int32_t> full = prompt;
+      full.insert(full.end(), expected.begin(), expected.end());
+      // Adversarial: the continuation without a budget, which the target accepts past the point
+      // where the budget fires.
+      std::vector<int32_t> unbudgeted = prompt;
+      unbudgeted.insert(unbudgeted.end(), plain.tokens.begin(), plain.tokens.end());
+      for (int kind = 0; kind < 5; ++kind) {
+        for (int cap : {1, 2, 3, 5, 8}) {
+          std::unique_ptr<Drafter> drafter;
+          if (kind == 4) drafter = std::make_unique<OracleDrafter>(unbudgeted, false, vocab);
+          if (kind == 0) drafter = std::make_unique<OracleDrafter>(full, false, vocab);
+          if (kind == 1) drafter = std::make_unique<OracleDrafter>(full, true, vocab);
+          if (kind == 2) drafter = std::make_unique<RandomDrafter>(vocab, 200 + cap);
+          if (kind == 3) drafter = std::make_unique<LookupDrafter>(LookupParams{1, 2, cap, cap});
+          FixedCap fixed(cap);
+          SpeculativeGenerator generator(*model, *drafter, fixed);
+          ModelState state = model->new_state();
+          const GenerationResult result =
+              generator.generate(prompt, state, config, [](const CommittedToken&) { return true; });
+          EXPECT_EQ(result.tokens, expected)
+              << drafter->name() << " cap " << cap << " budget " << c.budget;
+          EXPECT_EQ(result.budget_forced, reference.budget_forced);
+          EXPECT_EQ(generator.stats().forced_forwards, fire_at >= 0 ? 1 : 0);
+        }
+      }
+    }
+  }
+  EXPECT_GT(fired_cases, 0);
+  EXPECT_GT(quiet_cases, 0);
+  std::filesystem::remove_all(dir);
+}
+
+// Logprobs are reported only when asked, and then agree between plain and speculative decoding
+// (forced tokens included: they come from the rows of the forced forward).
+TEST(ReasoningBudgetDecoding, LogprobsOnlyWhenAskedAndEqualAcrossDecoders) {
+  testing::TinyCheckpoint checkpoint(31);
+  testing::fill_nemotron(checkpoint, "M*EMEM-");
+  auto model = load_model(checkpoint.write());
+  const std::vector<int32_t> prompt = test_prompts(model->vocab_size())[0];
+  GenerationConfig config;
+  config.max_tokens = 12;
+  config.reasoning_budget.budget = 3;
+  config.reasoning_budget.forced_ids = {3, 4, 5};
+  config.reasoning_budget.starts_in_reasoning = true;
+  config.reasoning_budget.token_text = [](int32_t) { return std::string("x"); };
+  auto collect = [&](auto&& generate) {
+    std::vector<float> logprobs;
+    generate([&](const CommittedToken& token) {
+      logprobs.push_back(token.logprob);
+      return true;
+    });
+    return logprobs;
+  };
+  auto plain = [&](const TokenCallback& on_token) {
+    ModelState state = model->new_state();
+    Generator(*model).generate(prompt, state, config, on_token);
+  };
+  EXPECT_EQ(collect(plain), std::vector<float>(config.max_tokens, 0.0f));
+  config.logprobs = true;
+  const std::vector<float> reported = collect(plain);
+  ASSERT_EQ(reported.size(), static_cast<size_t>(config.max_tokens));
+  for (float logprob : reported) EXPECT_LT(logprob, 0.0f);
+  RandomDrafter drafter(model->vocab_size(), 5);
+  FixedCap cap(3);
+  SpeculativeGenerator generator(*model, drafter, cap);
+  const std::vector<float> speculative = collect([&](const TokenCallback& on_token) {
+    ModelState state = model->new_state();
+    generator.generate(prompt, state, config, on_token);
+  });
+  ASSERT_EQ(speculative.size(), reported.size());
+  for (size_t i = 0; i < reported.size(); ++i) EXPECT_NEAR(speculative[i], reported[i], 1e-5);
+}
+
+// run_generation reports the starting cap without spending a round of the policy: every
+// cap_for_round call is a drafted round.
+TEST(RunGeneration, ReportsTheStartingCapWithoutAdvancingThePolicy) {
+  class CountingCap : public CapPolicy {
+   public:
+    explicit CountingCap(int* calls) : calls_(calls) {}
+    int cap_for_round() override {
+      ++*calls_;
+      return 2;
+    }
+    int current_cap() const override { return 2; }
+
+   private:
+    int* calls_;
+  };
+  testing::TinyCheckpoint checkpoint(31);
+  testing::fill_nemotron(checkpoint, "M*E");
+  auto model = load_model(checkpoint.write());
+  int calls = 0;
+  DecodeSetup setup;
+  setup.options.mode = DecodeMode::dspark;
+  setup.drafter = [&] { return std::make_unique<RandomDrafter>(model->vocab_size(), 9); };
+  setup.cap_policy = [&](const DecodeOptions&) { return std::make_unique<CountingCap>(&calls); };
+  GenerationConfig config;
+  config.max_tokens = 10;
+  ModelState state = model->new_state();
+  DecodeStats stats;
+  run_generation(
+      *model, test_prompts(model->vocab_size())[0], state, config, setup,
+      [](const CommittedToken&) { return true; }, &stats);
+  EXPECT_EQ(stats.cap, 2);
+  EXPECT_GT(stats.speculative.rounds, 0);
+  EXPECT_EQ(calls, stats.speculative.rounds);
 }
 
 }  // namespace

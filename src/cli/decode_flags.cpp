@@ -1,0 +1,73 @@
+#include "cli/decode_flags.h"
+
+#include "base/error.h"
+#include "formats/model_store.h"
+#include "hub/resolve.h"
+#include "speculative/drafter_resolution.h"
+
+namespace dspark::cli {
+
+void add_decode_flags(CLI::App& command, DecodeFlags& flags) {
+  command
+      .add_option("--mode", flags.mode,
+                  "Decoding: auto (a drafter if one is found, else lookup), dspark, dflash, "
+                  "lookup or baseline")
+      ->capture_default_str();
+  command.add_option("--max-draft", flags.max_draft,
+                     "Drafts per round: a number or 'auto' (default: measured for the model)");
+  command.add_option("--drafter", flags.drafter,
+                     "DSpark or DFlash drafter: a directory or a hub repo id");
+  command
+      .add_option("--drafter-bits", flags.drafter_bits,
+                  "Quantise the drafter to this many bits at load (0 = as stored)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  command
+      .add_option("--confidence-threshold", flags.confidence_threshold,
+                  "DSpark: keep drafts while their confidence product stays at or above this")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  command.add_flag("--lookup-drafts", flags.lookup_drafts,
+                   "Try prompt-lookup drafts before the model drafter each round");
+}
+
+DecodeOptions cap_options(const DecodeFlags& flags) {
+  DecodeOptions decode;
+  if (flags.max_draft == "auto") {
+    decode.auto_cap = true;
+  } else if (!flags.max_draft.empty()) {
+    try {
+      decode.max_draft = std::stoi(flags.max_draft);
+    } catch (const std::exception&) {
+      fail("--max-draft must be a number or 'auto', not '{}'", flags.max_draft);
+    }
+    if (*decode.max_draft < 0) fail("--max-draft must not be negative");
+  }
+  return decode;
+}
+
+DecodeSetup resolve_decode_flags(const DecodeFlags& flags, const std::string& model,
+                                 const std::string& models_dir_flag, const ModelBundle& bundle,
+                                 std::string& explanation) {
+  ResolveOptions resolve;
+  resolve.models_dir = models_dir_flag;
+  DrafterCliOptions drafter;
+  drafter.mode = flags.mode;
+  drafter.drafter = flags.drafter;
+  drafter.model = model;
+  drafter.model_dir = bundle.path;
+  drafter.models_dir = models_dir(models_dir_flag);
+  drafter.drafter_bits = flags.drafter_bits;
+  drafter.confidence_threshold = flags.confidence_threshold;
+  drafter.lookup_drafts = flags.lookup_drafts;
+  drafter.hub.find_repo = [&resolve](const std::string& repo_id) {
+    return find_or_download_repo(repo_id, resolve.hub, resolve.download);
+  };
+  drafter.hub.cached_companions = [&resolve](const std::string& model_repo,
+                                             const std::string& marker) {
+    return find_cached_companions(model_repo, marker, resolve.hub);
+  };
+  return decode_setup_from_options(*bundle.model, cap_options(flags), drafter, explanation);
+}
+
+}  // namespace dspark::cli

@@ -1,0 +1,36 @@
+#pragma once
+// The decoding flags `generate` and `serve` share (speculative.md §15, reference-product.md §1.1,
+// §1.2): --mode, --max-draft, --drafter, --drafter-bits, --confidence-threshold, --lookup-drafts,
+// declared once so that both commands take the same names and defaults, and resolved once per
+// loaded model into the DecodeSetup every generation uses.
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "engine/model_bundle.h"
+#include "speculative/decode.h"
+
+namespace dspark::cli {
+
+struct DecodeFlags {
+  std::string mode = "auto";
+  std::string max_draft;  // "" = derived, a number, or "auto" (the per-round controller)
+  std::string drafter;
+  int drafter_bits = 4;
+  float confidence_threshold = 0.0f;
+  bool lookup_drafts = false;
+};
+
+void add_decode_flags(CLI::App& command, DecodeFlags& flags);
+
+// The cap options of --max-draft; throws for a value that is neither a count nor "auto" (so a
+// command can refuse it before loading anything).
+DecodeOptions cap_options(const DecodeFlags& flags);
+
+// Resolves the mode and drafter for `bundle`, loaded from --model `model` (as given) and
+// --models-dir `models_dir_flag`, loads the drafter and its calibrated cap policy.
+// `explanation` receives the one-line "mode ...: reason".
+DecodeSetup resolve_decode_flags(const DecodeFlags& flags, const std::string& model,
+                                 const std::string& models_dir_flag, const ModelBundle& bundle,
+                                 std::string& explanation);
+
+}  // namespace dspark::cli

@@ -1,0 +1,127 @@
+// The prefix cache hands a model drafter back with the state it ran with, its context cut to the
+// reused prefix, so that a hit gives the drafter the context a fresh prefill would have.
+#include "server/prefix_cache.h"
+
+#include <gtest/gtest.h>
+
+#include "../model/tiny_checkpoint.h"
+
+namespace dspark::server {
+namespace {
+
+// Records the tokens of the rows it was fed, the way a model drafter's context holds one row per
+// target token.
+class RowRecorder final : public Drafter {
+ public:
+  std::string name() const override { return "rows"; }
+  void on_target_rows(const int32_t* tokens, int64_t n, const float* taps) override {
+    (void)taps;
+    rows.insert(rows.end(), tokens, tokens + n);
+  }
+  int64_t context_rows() const override { return static_cast<int64_t>(rows.size()); }
+  void truncate_context(int64_t count) override { rows.resize(static_cast<size_t>(count)); }
+  Draft propose(const DraftRequest& request) override {
+    (void)request;
+    return {};
+  }
+  std::vector<int32_t> rows;
+};
+
+// Runs `tokens[state.length() ..]` through the model, feeding the drafter `fed` of those rows.
+void prefill(const Model& model, const std::vector<int32_t>& tokens, CacheLease& lease,
+             int64_t fed) {
+  ForwardOutput output;
+  const int64_t start = lease.state.length();
+  model.forward(tokens.data() + start, static_cast<int64_t>(tokens.size()) - start, lease.state, {},
+                {}, output);
+  if (!lease.drafter) lease.drafter = std::make_unique<RowRecorder>();
+  lease.drafter->on_target_rows(tokens.data() + start, fed, nullptr);
+}
+
+const RowRecorder& recorder(const CacheLease& lease) {
+  return dynamic_cast<const RowRecorder&>(*lease.drafter);
+}
+
+std::vector<int32_t> sequence(int32_t first, int n) {
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < n; ++i) tokens.push_back((first + 7 * i) % 90);
+  return tokens;
+}
+
+TEST(PrefixCacheDrafter, TrimModeCutsTheDrafterToTheSharedPrefix) {
+  testing::TinyCheckpoint checkpoint(3);
+  testing::fill_llama(checkpoint);
+  auto model = load_model(checkpoint.write());
+  PrefixCache cache(*model, {});
+  const std::vector<int32_t> first = sequence(1, 12);
+  CacheLease lease = cache.acquire(first);
+  EXPECT_EQ(lease.cached_tokens, 0);
+  EXPECT_EQ(lease.drafter, nullptr);
+  prefill(*model, first, lease, 12);
+  cache.release(std::move(lease), first);
+
+  std::vector<int32_t> second(first.begin(), first.begin() + 7);
+  second.push_back(89);
+  second.push_back(88);
+  CacheLease hit = cache.acquire(second);
+  EXPECT_EQ(hit.cached_tokens, 7);
+  EXPECT_EQ(hit.state.length(), 7);
+  ASSERT_NE(hit.drafter, nullptr);
+  EXPECT_EQ(recorder(hit).rows, std::vector<int32_t>(first.begin(), first.begin() + 7));
+}
+
+TEST(PrefixCacheDrafter, ADrafterShorterThanTheStateLimitsReuse) {
+  testing::TinyCheckpoint checkpoint(4);
+  testing::fill_llama(checkpoint);
+  auto model = load_model(checkpoint.write());
+  PrefixCache cache(*model, {});
+  const std::vector<int32_t> first = sequence(2, 12);
+  CacheLease lease = cache.acquire(first);
+  prefill(*model, first, lease, 5);
+  cache.release(std::move(lease), first);
+
+  CacheLease hit = cache.acquire(first);
+  EXPECT_EQ(hit.cached_tokens, 5);
+  EXPECT_EQ(hit.state.length(), 5);
+  EXPECT_EQ(recorder(hit).rows.size(), 5u);
+}
+
+TEST(PrefixCacheDrafter, CheckpointModeCutsTheDrafterToTheRestoredSnapshot) {
+  testing::TinyCheckpoint checkpoint(5);
+  testing::fill_nemotron(checkpoint, "M*M-");
+  auto model = load_model(checkpoint.write());
+  PrefixCache cache(*model, {});
+  ASSERT_TRUE(cache.checkpointed());
+  const std::vector<int32_t> first = sequence(3, 12);
+  CacheLease lease = cache.acquire(first);
+  prefill(*model, std::vector<int32_t>(first.begin(), first.begin() + 4), lease, 4);
+  lease.checkpoints.push_back(lease.state.snapshot());
+  prefill(*model, first, lease, 8);
+  lease.checkpoints.push_back(lease.state.snapshot());
+  cache.release(std::move(lease), first);
+
+  std::vector<int32_t> second(first.begin(), first.begin() + 9);
+  second.push_back(80);
+  CacheLease hit = cache.acquire(second);
+  EXPECT_EQ(hit.cached_tokens, 4);
+  EXPECT_EQ(hit.state.length(), 4);
+  EXPECT_EQ(recorder(hit).rows, std::vector<int32_t>(first.begin(), first.begin() + 4));
+}
+
+TEST(PrefixCacheDrafter, WithoutADrafterNoneComesBack) {
+  testing::TinyCheckpoint checkpoint(6);
+  testing::fill_llama(checkpoint);
+  auto model = load_model(checkpoint.write());
+  PrefixCache cache(*model, {});
+  const std::vector<int32_t> first = sequence(4, 10);
+  CacheLease lease = cache.acquire(first);
+  ForwardOutput output;
+  model->forward(first.data(), 10, lease.state, {}, {}, output);
+  cache.release(std::move(lease), first);
+  CacheLease hit = cache.acquire(first);
+  EXPECT_EQ(hit.cached_tokens, 9);
+  EXPECT_EQ(hit.drafter, nullptr);
+}
+
+}  // namespace
+}  // namespace dspark::server
