@@ -64,8 +64,8 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt, ModelSt
     return result;
   }
   const SamplingParams& sampling = config.sampling;
-  // Sampling applies penalties to the logits in place; the logprob needs them as the model gave.
-  const bool copy_raw = config.logprobs && sampling.has_penalties();
+  // Sampling adjusts the logits in place (bias, penalties); the logprob needs them as the model gave.
+  const bool copy_raw = config.logprobs && sampling.adjusts_logits();
   Rng rng(sampling.seed);
   TokenCounts counts;
   ReasoningBudget reasoning(config.reasoning_budget);

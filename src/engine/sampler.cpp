@@ -22,8 +22,11 @@ void TokenCounts::remove(int32_t id) {
   if (--found->second == 0) counts_.erase(found);
 }
 
-void apply_penalties(const SamplingParams& params, const TokenCounts& counts, float* logits,
-                     int64_t vocab) {
+void adjust_logits(const SamplingParams& params, const TokenCounts& counts, float* logits,
+                   int64_t vocab) {
+  for (const auto& [id, bias] : params.logit_bias) {
+    if (id >= 0 && id < vocab) logits[id] += bias;
+  }
   const bool repetition = params.repetition_penalty != 1.0f;
   if (!repetition && params.presence_penalty == 0.0f && params.frequency_penalty == 0.0f) return;
   for (const auto& [id, count] : counts.counts()) {
@@ -134,7 +137,7 @@ int32_t sample_from(const TokenDistribution& distribution, double uniform) {
 
 int32_t sample_token(const SamplingParams& params, const TokenCounts& counts, float* logits,
                      int64_t vocab, Rng& rng) {
-  apply_penalties(params, counts, logits, vocab);
+  adjust_logits(params, counts, logits, vocab);
   if (params.greedy()) return argmax(logits, vocab);
   return sample_from(target_distribution(params, logits, vocab), rng.uniform());
 }

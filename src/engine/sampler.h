@@ -1,11 +1,13 @@
 #pragma once
-// Turning logits into the next token: penalties, temperature, top-k, top-p, min-p, and seeded
-// sampling. The order is vLLM's: penalties -> temperature -> top-k -> top-p -> min-p. The
+// Turning logits into the next token: logit bias, penalties, temperature, top-k, top-p, min-p,
+// and seeded sampling. The order is vLLM's and llama.cpp's: logit bias -> penalties ->
+// temperature -> top-k -> top-p -> min-p. The
 // speculative verifier uses the same `target_distribution` for its acceptance test, so the
 // distribution sampled here is exactly the one speculative decoding must reproduce.
 #include <cstdint>
 #include <random>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace dspark {
@@ -20,10 +22,13 @@ struct SamplingParams {
   float repetition_penalty = 1.0f;
   uint64_t seed = 0;
   int top_logprobs = 0;  // how many alternatives to report with each token (0 = none)
+  std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, added to its logit)
 
   bool greedy() const { return temperature <= 0.0f; }
-  bool has_penalties() const {
-    return repetition_penalty != 1.0f || presence_penalty != 0.0f || frequency_penalty != 0.0f;
+  // Whether adjust_logits changes anything.
+  bool adjusts_logits() const {
+    return repetition_penalty != 1.0f || presence_penalty != 0.0f || frequency_penalty != 0.0f ||
+           !logit_bias.empty();
   }
 };
 
@@ -47,10 +52,10 @@ class TokenCounts {
   std::unordered_map<int32_t, int> counts_;
 };
 
-// Applies presence, frequency and repetition penalties in place (repetition as in HF / llama.cpp:
-// positive logits divided, negative multiplied).
-void apply_penalties(const SamplingParams& params, const TokenCounts& counts, float* logits,
-                     int64_t vocab);
+// Adds the logit bias, then applies presence, frequency and repetition penalties in place
+// (repetition as in HF / llama.cpp: positive logits divided, negative multiplied).
+void adjust_logits(const SamplingParams& params, const TokenCounts& counts, float* logits,
+                   int64_t vocab);
 
 // Index of the largest logit; the lowest index wins ties.
 int32_t argmax(const float* logits, int64_t vocab);

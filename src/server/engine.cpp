@@ -170,6 +170,15 @@ GenerationConfig Engine::generation_config(const ChatRequest& request,
   s.repetition_penalty = r.repetition_penalty;
   s.seed = r.seed ? *r.seed : std::random_device{}();
   s.top_logprobs = r.top_logprobs;
+  for (const auto& [id, bias] : r.logit_bias) {
+    if (id >= bundle_->model->vocab_size()) {
+      throw ApiError(400,
+                     fmt::format("logit_bias token id {} is outside the vocabulary ({} tokens)", id,
+                                 bundle_->model->vocab_size()),
+                     "", "logit_bias");
+    }
+  }
+  s.logit_bias = r.logit_bias;
   config.logprobs = request.logprobs;
   return config;
 }

@@ -1,6 +1,8 @@
 // The OpenAI dialect: chat completions and legacy completions (server-api.md §1).
 #include <fmt/format.h>
 
+#include <charconv>
+#include <climits>
 #include <ctime>
 
 #include "server/dialect.h"
@@ -109,6 +111,24 @@ void parse_sampling(const Json& body, ChatRequest& request) {
   penalty("frequency_penalty", s.frequency_penalty, -2, 2);
   penalty("repetition_penalty", s.repetition_penalty, 0.01f, 10);
   penalty("repeat_penalty", s.repetition_penalty, 0.01f, 10);
+  if (body.contains("logit_bias") && !body["logit_bias"].is_null()) {
+    if (!body["logit_bias"].is_object()) {
+      throw ApiError(400, "'logit_bias' must be an object of token id -> bias", "", "logit_bias");
+    }
+    for (const auto& [key, value] : body["logit_bias"].items()) {
+      int64_t id = -1;
+      const auto [end, error] = std::from_chars(key.data(), key.data() + key.size(), id);
+      if (error != std::errc() || end != key.data() + key.size() || id < 0 || id > INT32_MAX) {
+        throw ApiError(400, fmt::format("logit_bias key '{}' is not a token id", key), "",
+                       "logit_bias");
+      }
+      const float bias = json_float(value, "logit_bias");
+      if (bias < -100 || bias > 100) {
+        throw ApiError(400, "logit_bias values must be in [-100, 100]", "", "logit_bias");
+      }
+      s.logit_bias.emplace_back(static_cast<int32_t>(id), bias);
+    }
+  }
   if (body.contains("seed") && !body["seed"].is_null()) {
     s.seed = static_cast<uint64_t>(json_int(body["seed"], "seed"));
   }

@@ -57,6 +57,7 @@ struct RequestSampling {
   float repetition_penalty = 1.0f;
   std::optional<uint64_t> seed;
   int top_logprobs = 0;
+  std::vector<std::pair<int32_t, float>> logit_bias;  // ids checked against the vocabulary later
 };
 
 struct ChatRequest {

@@ -137,7 +137,7 @@ GenerationResult SpeculativeGenerator::generate(const std::vector<int32_t>& prom
 
   std::vector<int32_t> rows;
   std::vector<int64_t> logit_rows;
-  std::vector<float> penalized;
+  std::vector<float> adjusted;
   TokenDistribution residual;
   while (!finished) {
     if (state.length() + 1 >= model_.max_context()) {
@@ -218,21 +218,22 @@ GenerationResult SpeculativeGenerator::generate(const std::vector<int32_t>& prom
     ++stats_.target_forwards;
     stats_.verify_seconds += now_seconds() - verify_start;
 
-    // Acceptance, row by row; row i is penalised with the counts of everything before it.
+    // Acceptance, row by row; row i is biased and penalised with the counts of everything before
+    // it.
     std::vector<int32_t> to_commit;
     int64_t accepted = 0;
     TokenCounts row_counts;
-    const bool penalize = sampling.has_penalties();
-    if (penalize) row_counts = counts;
+    const bool adjust = sampling.adjusts_logits();
+    if (adjust) row_counts = counts;
     for (int64_t i = 0; i <= drafts; ++i) {
       const float* raw = output.logits.data() + i * vocab;
-      // Rows are only copied when penalties change them.
+      // Rows are only copied when bias or penalties change them.
       const float* row = raw;
-      if (penalize) {
-        penalized.assign(raw, raw + vocab);
+      if (adjust) {
+        adjusted.assign(raw, raw + vocab);
         if (i > 0) row_counts.add(draft.tokens[i - 1]);
-        apply_penalties(sampling, row_counts, penalized.data(), vocab);
-        row = penalized.data();
+        adjust_logits(sampling, row_counts, adjusted.data(), vocab);
+        row = adjusted.data();
       }
       if (sampling.greedy()) {
         const int32_t choice = argmax(row, vocab);

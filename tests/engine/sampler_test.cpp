@@ -139,10 +139,24 @@ TEST(Sampler, Penalties) {
   counts.add(1);
   counts.add(1);
   std::vector<float> logits = {4.0f, -2.0f, 1.0f};
-  apply_penalties(params, counts, logits.data(), 3);
+  adjust_logits(params, counts, logits.data(), 3);
   EXPECT_FLOAT_EQ(logits[0], 4.0f / 2 - 0.5f - 0.25f);
   EXPECT_FLOAT_EQ(logits[1], -2.0f * 2 - 0.5f - 0.5f);
   EXPECT_FLOAT_EQ(logits[2], 1.0f);
+}
+
+TEST(Sampler, LogitBiasComesBeforeThePenalties) {
+  SamplingParams params;
+  params.repetition_penalty = 2.0f;
+  params.logit_bias = {{0, 1.0f}, {2, -3.0f}, {5, 9.0f}};  // id 5 is outside the vocabulary
+  EXPECT_TRUE(params.adjusts_logits());
+  TokenCounts counts;
+  counts.add(0);
+  std::vector<float> logits = {3.0f, 1.0f, 1.0f};
+  adjust_logits(params, counts, logits.data(), 3);
+  EXPECT_FLOAT_EQ(logits[0], (3.0f + 1.0f) / 2);
+  EXPECT_FLOAT_EQ(logits[1], 1.0f);
+  EXPECT_FLOAT_EQ(logits[2], -2.0f);
 }
 
 TEST(Sampler, Logprobs) {

@@ -495,3 +495,24 @@ def test_responses_function_calls(server, scripted):
     assert answer.usage.input_tokens == len(prompt)
     with pytest.raises(openai.BadRequestError, match="tool_choice"):
         client.responses.create(**ask, tool_choice={"type": "function", "name": "nope"})
+
+
+def test_logit_bias(server, scripted):
+    _, chain, tokenizer = scripted
+    client = oa(server)
+    favoured = chain[2]
+    reply = client.chat.completions.create(
+        model="m", messages=QUESTION, temperature=0, max_tokens=3, reasoning_effort="none",
+        logit_bias={str(favoured): 100}, logprobs=True)
+    tokens = [t.token for t in reply.choices[0].logprobs.content]
+    assert tokens == [tokenizer.decode([favoured], skip_special_tokens=False)] * 3
+    assert reply.choices[0].finish_reason == "length"
+    # A bias against the scripted answer's first token moves greedy decoding off the script.
+    answer_start = chain[chain.index(tokenizer.token_to_id("</think>")) + 1]
+    off = client.chat.completions.create(model="m", messages=QUESTION, temperature=0, max_tokens=4,
+                                         reasoning_effort="none",
+                                         logit_bias={str(answer_start): -100})
+    assert off.choices[0].message.content != "Sure."
+    for bad in ({"x": 1}, {"5": 500}, {str(10**6): 1}):
+        with pytest.raises(openai.BadRequestError, match="logit_bias"):
+            client.chat.completions.create(model="m", messages=QUESTION, logit_bias=bad)

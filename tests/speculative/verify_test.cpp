@@ -525,5 +525,55 @@ TEST(RunGeneration, ReportsTheStartingCapWithoutAdvancingThePolicy) {
   EXPECT_EQ(calls, stats.speculative.rounds);
 }
 
+// Penalties and logit bias change every verify row with the counts of the tokens before it: greedy
+// speculative output still equals plain output for every drafter kind, and a strong bias takes
+// over the argmax.
+TEST(LosslessGreedy, PenaltiesAndLogitBiasEqualPlain) {
+  testing::TinyCheckpoint checkpoint(31);
+  testing::fill_nemotron(checkpoint, "M*EM");
+  auto model = load_model(checkpoint.write());
+  const int64_t vocab = model->vocab_size();
+  GenerationConfig config;
+  config.max_tokens = 24;
+  config.sampling.repetition_penalty = 1.3f;
+  config.sampling.presence_penalty = 0.4f;
+  config.sampling.frequency_penalty = 0.2f;
+  config.sampling.logit_bias = {{3, 2.5f}, {7, -1.5f}, {11, 1.0f}};
+  auto keep_going = [](const CommittedToken&) { return true; };
+  Generator plain_generator(*model);
+  int with_drafts = 0;
+  for (const auto& prompt : test_prompts(vocab)) {
+    ModelState plain_state = model->new_state();
+    const auto plain = plain_generator.generate(prompt, plain_state, config, keep_going);
+    EXPECT_NE(plain.tokens, plain_run(*model, prompt, config.max_tokens).tokens)
+        << "the adjustments should change the output";
+    std::vector<int32_t> full = prompt;
+    full.insert(full.end(), plain.tokens.begin(), plain.tokens.end());
+    for (int kind = 0; kind < 4; ++kind) {
+      for (int cap : {1, 3, 6}) {
+        std::unique_ptr<Drafter> drafter;
+        if (kind == 0) drafter = std::make_unique<OracleDrafter>(full, false, vocab);
+        if (kind == 1) drafter = std::make_unique<OracleDrafter>(full, true, vocab);
+        if (kind == 2) drafter = std::make_unique<RandomDrafter>(vocab, 200 + cap);
+        if (kind == 3) drafter = std::make_unique<LookupDrafter>(LookupParams{1, 2, cap, cap});
+        FixedCap fixed(cap);
+        SpeculativeGenerator generator(*model, *drafter, fixed, {});
+        ModelState state = model->new_state();
+        const auto result = generator.generate(prompt, state, config, keep_going);
+        EXPECT_EQ(result.tokens, plain.tokens) << drafter->name() << " cap " << cap;
+        if (kind == 0) with_drafts += generator.stats().accepted > 0;
+      }
+    }
+  }
+  EXPECT_EQ(with_drafts, 4 * 3);
+
+  GenerationConfig forced;
+  forced.max_tokens = 5;
+  forced.sampling.logit_bias = {{9, 1000.0f}};
+  ModelState state = model->new_state();
+  EXPECT_EQ(plain_generator.generate(test_prompts(vocab)[0], state, forced, keep_going).tokens,
+            std::vector<int32_t>(5, 9));
+}
+
 }  // namespace
 }  // namespace dspark
