@@ -10,6 +10,7 @@
 #include "engine/stop_strings.h"
 #include "speculative/decode_report.h"
 #include "text/detokenizer_stream.h"
+#include "text/reasoning_parser.h"
 
 namespace dspark::server {
 
@@ -181,6 +182,31 @@ GenerationConfig Engine::generation_config(const ChatRequest& request,
   s.logit_bias = r.logit_bias;
   config.logprobs = request.logprobs;
   return config;
+}
+
+nlohmann::json Engine::health() const {
+  const DecodeOptions& decode = options_.decode.options;
+  nlohmann::json max_draft = nullptr;
+  if (decode.auto_cap) {
+    max_draft = "auto";
+  } else if (decode.max_draft) {
+    max_draft = *decode.max_draft;
+  }
+  const std::string source = template_ ? template_->source() : "";
+  return {{"status", "ok"},
+          {"model", bundle_->name},
+          {"architecture", bundle_->model->architecture()},
+          {"mode", mode_name()},
+          {"max_draft", max_draft},
+          {"lookup_drafts", decode.lookup_drafts},
+          {"context_window", context_window()},
+          {"max_output_tokens", options_.max_tokens_cap},
+          {"prefix_cache", options_.prefix_cache.enabled},
+          {"thinking_default", options_.default_thinking.value_or(true)},
+          {"supports_reasoning_effort", source.find("reasoning_effort") != std::string::npos},
+          {"supports_reasoning_budget", detect_reasoning_syntax(source).has_value()},
+          {"reasoning_budget", options_.reasoning_budget},
+          {"reasoning_budget_message", options_.reasoning_budget_message}};
 }
 
 std::shared_ptr<Job> Engine::submit(ChatRequest request, PreparedPrompt prompt) {

@@ -443,15 +443,7 @@ struct Server::Impl {
             "application/json");
         return;
       }
-      res.set_content(Json({{"status", "ok"},
-                            {"model", engine->bundle().name},
-                            {"architecture", engine->bundle().model->architecture()},
-                            {"mode", engine->mode_name()},
-                            {"context_window", engine->context_window()},
-                            {"max_output_tokens", engine->options().max_tokens_cap},
-                            {"prefix_cache", engine->options().prefix_cache.enabled}})
-                          .dump(),
-                      "application/json");
+      res.set_content(engine->health().dump(), "application/json");
     });
     http.Get("(?:/v1)?/models/?", [this](const httplib::Request&, httplib::Response& res) {
       auto engine = current_engine();

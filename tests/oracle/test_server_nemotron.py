@@ -516,3 +516,13 @@ def test_logit_bias(server, scripted):
     for bad in ({"x": 1}, {"5": 500}, {str(10**6): 1}):
         with pytest.raises(openai.BadRequestError, match="logit_bias"):
             client.chat.completions.create(model="m", messages=QUESTION, logit_bias=bad)
+
+
+def test_health_describes_the_engine(server):
+    health = json.loads(server.get("/health"))
+    assert health["status"] == "ok" and health["architecture"] == "nemotron_h"
+    assert health["mode"] == "baseline"
+    # The Nemotron template thinks between <think> markers and takes no reasoning_effort.
+    assert health["supports_reasoning_budget"] is True
+    assert health["supports_reasoning_effort"] is False
+    assert health["thinking_default"] is True and health["reasoning_budget"] == 0
