@@ -19,8 +19,9 @@
 
 namespace dspark {
 
-// Verify forwards stay at or below 32 rows: nemotron_h runs SSM scans of up to 32 rows one token
-// at a time (model/nemotron_h.cpp), which is what keeps verify rows bit-identical to decoding.
+// A ceiling on the work one round can waste: verify forwards of at most 32 rows. Rows are
+// bit-identical to decoding at any width (every kernel fixes its order per row, and nemotron_h
+// scans the SSM token by token at every length), so nothing but cost depends on this number.
 constexpr int64_t kMaxDraftsPerRound = 31;
 
 struct SpeculativeStats {
