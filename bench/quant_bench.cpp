@@ -40,14 +40,15 @@ struct QuantStorage {
   std::vector<uint8_t> packed, scales, biases;
   QuantMatrix w;
 
-  QuantStorage(int bits, int64_t experts, int64_t rows, int64_t cols, uint64_t seed) {
-    w.format = {bits, 64};
+  QuantStorage(int bits, int64_t experts, int64_t rows, int64_t cols, uint64_t seed,
+               int group = 64) {
+    w.format = {bits, group};
     w.scale_dtype = dspark::DType::BF16;
     w.experts = experts;
     w.rows = rows;
     w.cols = cols;
     packed.resize(experts * rows * cols * bits / 8);
-    scales.resize(experts * rows * (cols / 64) * 2);
+    scales.resize(experts * rows * (cols / group) * 2);
     biases.resize(scales.size());
     uint64_t state = seed | 1;
     for (size_t k = 0; k + 8 <= packed.size(); k += 8) {
@@ -107,15 +108,15 @@ void report(benchmark::State& state, double bytes_per_iteration, int threads,
 }
 
 void qmatmul_bench(benchmark::State& state, int bits, int64_t rows, int64_t cols, int64_t m,
-                   int threads) {
+                   int threads, int group) {
   use_threads(threads);
   read_bandwidth_gbs(threads);
-  const QuantStorage first(bits, 1, rows, cols, 1);
+  const QuantStorage first(bits, 1, rows, cols, 1, group);
   const int64_t bytes = first.w.bytes_per_expert();
   const int64_t copies = std::max<int64_t>(1, (kMinWorkingSetBytes + bytes - 1) / bytes);
   std::vector<std::unique_ptr<QuantStorage>> matrices;
   for (int64_t c = 0; c < copies; ++c) {
-    matrices.push_back(std::make_unique<QuantStorage>(bits, 1, rows, cols, 100 + c));
+    matrices.push_back(std::make_unique<QuantStorage>(bits, 1, rows, cols, 100 + c, group));
   }
   std::vector<float> x(m * cols, 0.5f), y(m * rows);
   int64_t next = 0;
@@ -125,7 +126,10 @@ void qmatmul_bench(benchmark::State& state, int bits, int64_t rows, int64_t cols
     benchmark::DoNotOptimize(y.data());
     next = (next + 1) % copies;
   }
+  const double cpu_seconds = thread_cpu_seconds() - timer.cpu;
   report(state, static_cast<double>(bytes), threads, timer);
+  state.counters["us_per_row_oncpu"] =
+      1e6 * cpu_seconds / static_cast<double>(state.iterations()) / static_cast<double>(m);
 }
 
 // One decoded token through a MoE expert stack: 6 of 128 experts, one activation row each.
@@ -160,7 +164,33 @@ struct Shape {
   int64_t cols;
 };
 
+// The default model's (SmolLM2-135M) matrices: 4-bit group-32 layers, 8-bit group-32 tied head,
+// at speculative verify widths, one thread (weights_GBps_oncpu is the kernel's own speed).
+void register_default_model_benchmarks() {
+  struct DefaultShape {
+    const char* name;
+    int bits;
+    int64_t rows;
+    int64_t cols;
+  };
+  const DefaultShape shapes[] = {{"smollm2_gate_576x1536", 4, 1536, 576},
+                                 {"smollm2_down_1536x576", 4, 576, 1536},
+                                 {"smollm2_lm_head_576x49152", 8, 49152, 576}};
+  for (const DefaultShape& shape : shapes) {
+    for (int64_t m : {1, 2, 4, 8, 16}) {
+      const std::string name = std::string("qmatmul/") + shape.name + "/b" +
+                               std::to_string(shape.bits) + "_g32/m" + std::to_string(m) +
+                               "/threads:1";
+      benchmark::RegisterBenchmark(name.c_str(), qmatmul_bench, shape.bits, shape.rows, shape.cols,
+                                   m, 1, 32)
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
+    }
+  }
+}
+
 void register_benchmarks() {
+  register_default_model_benchmarks();
   const Shape shapes[] = {{"in_proj_2688x10304", 10304, 2688},
                           {"out_proj_4096x2688", 2688, 4096},
                           {"expert_up_2688x1856", 1856, 2688},
@@ -172,7 +202,7 @@ void register_benchmarks() {
         const std::string name = std::string("qmatmul/") + shape.name + "/b" +
                                  std::to_string(bits) + "/m1/threads:" + std::to_string(threads);
         benchmark::RegisterBenchmark(name.c_str(), qmatmul_bench, bits, shape.rows, shape.cols,
-                                     int64_t{1}, threads)
+                                     int64_t{1}, threads, 64)
             ->UseRealTime()
             ->Unit(benchmark::kMicrosecond);
       }
@@ -189,7 +219,7 @@ void register_benchmarks() {
         const std::string name = "qmatmul/in_proj_2688x10304/b" + std::to_string(bits) + "/m" +
                                  std::to_string(m) + "/threads:" + std::to_string(threads);
         benchmark::RegisterBenchmark(name.c_str(), qmatmul_bench, bits, int64_t{10304},
-                                     int64_t{2688}, m, threads)
+                                     int64_t{2688}, m, threads, 64)
             ->UseRealTime()
             ->Unit(benchmark::kMicrosecond);
       }

@@ -85,10 +85,12 @@ Isa detect_best_isa() {
   return Isa::scalar;
 }
 
-// Rows per parallel chunk: a multiple of 16 (the widest row tile), and enough work per chunk
-// that waking a thread pays.
-int64_t row_grain(int64_t cols) {
-  const int64_t min_rows = (32768 + cols - 1) / cols;
+// Rows per parallel chunk: a multiple of 16, and enough work per chunk that claiming it pays
+// (about 32768 weight-activation products). A verify batch of m rows does m times the work per
+// weight row, so its chunks hold fewer rows and the threads stay balanced on small matrices.
+int64_t row_grain(int64_t cols, int64_t m = 1) {
+  const int64_t work_per_row = cols * std::clamp<int64_t>(m, 1, 16);
+  const int64_t min_rows = (32768 + work_per_row - 1) / work_per_row;
   return std::max<int64_t>(16, (min_rows + 15) / 16 * 16);
 }
 
@@ -279,9 +281,9 @@ void quantize_row(const float* weights, int64_t cols, QuantFormat format, DType 
 }
 
 void run_quant_task(const cpu::KernelTable& table, const cpu::QuantTask& task, int64_t rows) {
-  default_pool().parallel_for(rows, row_grain(task.w->cols), [&](int64_t begin, int64_t end, int) {
-    table.quant_rows(task, begin, end);
-  });
+  default_pool().parallel_for(
+      rows, row_grain(task.w->cols, task.m),
+      [&](int64_t begin, int64_t end, int) { table.quant_rows(task, begin, end); });
 }
 
 template <typename Convert>
@@ -435,7 +437,7 @@ void gather_qmatmul_isa(Isa isa, const float* x, int64_t m, const int32_t* exper
                 y_rows.data() + offset};
     offset += static_cast<int64_t>(segments[s].rows.size());
   }
-  const auto items = gather_items(segments, w.rows, row_grain(w.cols));
+  const auto items = gather_items(segments, w.rows, row_grain(w.cols, m / count));
   const cpu::KernelTable& table = cpu::kernel_table(isa);
   default_pool().parallel_for(
       static_cast<int64_t>(items.size()), 1, [&](int64_t begin, int64_t end, int) {
@@ -464,7 +466,7 @@ void matmul_isa(Isa isa, const float* x, int64_t m, const DenseMatrix& w, float*
   }
   const cpu::DenseTask task{&w, expert, m, x_rows.data(), y_rows.data()};
   const cpu::KernelTable& table = cpu::kernel_table(isa);
-  default_pool().parallel_for(w.rows, row_grain(w.cols), [&](int64_t begin, int64_t end, int) {
+  default_pool().parallel_for(w.rows, row_grain(w.cols, m), [&](int64_t begin, int64_t end, int) {
     table.dense_rows(task, begin, end);
   });
 }
@@ -495,7 +497,7 @@ void gather_matmul_isa(Isa isa, const float* x, int64_t m, const int32_t* expert
                 x_rows.data() + offset, y_rows.data() + offset};
     offset += static_cast<int64_t>(segments[s].rows.size());
   }
-  const auto items = gather_items(segments, w.rows, row_grain(w.cols));
+  const auto items = gather_items(segments, w.rows, row_grain(w.cols, m / count));
   const cpu::KernelTable& table = cpu::kernel_table(isa);
   default_pool().parallel_for(
       static_cast<int64_t>(items.size()), 1, [&](int64_t begin, int64_t end, int) {

@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <numeric>
 
 #include "base/error.h"
+#include "formats/model_store.h"
 #include "tiny_checkpoint.h"
 
 namespace dspark {
@@ -308,6 +310,38 @@ TEST(Dense, VerifyRowsAreBitIdenticalToOneTokenDecoding) {
     one_by_one.insert(one_by_one.end(), row.begin(), row.end());
   }
   EXPECT_EQ(together, one_by_one);
+}
+
+// The default model (4-bit group-32 weights, 8-bit tied head, 3 q heads per kv head) through
+// every verify width up to 9: each row's logits equal one-token decoding of the same tokens bit
+// for bit (lossless speculative decoding relies on it). Skipped when the model is not installed
+// (scripts/install_default_model.sh).
+TEST(Dense, DefaultModelVerifyRowsOfEveryWidthEqualOneTokenDecoding) {
+  const std::string dir = models_dir() + "/SmolLM2-135M-Instruct";
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << "no default model at " << dir;
+  auto model = load_model(dir);
+  constexpr int64_t kContext = 5, kMaxWidth = 9;
+  std::vector<int32_t> tokens(kContext + kMaxWidth);
+  for (int64_t i = 0; i < kContext + kMaxWidth; ++i) {
+    tokens[i] = static_cast<int32_t>((1000 + 7919 * i) % model->vocab_size());
+  }
+  ModelState single = model->new_state();
+  logits_of(*model, single, {tokens.begin(), tokens.begin() + kContext}, false);
+  std::vector<float> one_by_one;
+  for (int64_t i = kContext; i < kContext + kMaxWidth; ++i) {
+    const std::vector<float> row = logits_of(*model, single, {tokens[i]});
+    one_by_one.insert(one_by_one.end(), row.begin(), row.end());
+  }
+  ModelState batched = model->new_state();
+  logits_of(*model, batched, {tokens.begin(), tokens.begin() + kContext}, false);
+  for (int64_t width = 1; width <= kMaxWidth; ++width) {
+    const std::vector<float> rows =
+        logits_of(*model, batched, {tokens.begin() + kContext, tokens.begin() + kContext + width});
+    batched.trim(kContext);
+    const std::vector<float> expected(one_by_one.begin(),
+                                      one_by_one.begin() + width * model->vocab_size());
+    EXPECT_TRUE(rows == expected) << "width " << width;
+  }
 }
 
 TEST(State, RestoreRefusesAnotherLayout) {

@@ -110,6 +110,12 @@ __attribute__((target_clones("arch=x86-64-v3", "default"))) void attend_block(
   keys += begin * shape.kv_stride;
   values += begin * shape.kv_stride;
   switch (shape.group) {
+    case 1:
+      return tiled_block<1>(shape, q_t, keys, values, count, scores, partial);
+    case 2:
+      return tiled_block<2>(shape, q_t, keys, values, count, scores, partial);
+    case 3:
+      return tiled_block<3>(shape, q_t, keys, values, count, scores, partial);
     case 4:
       return tiled_block<4>(shape, q_t, keys, values, count, scores, partial);
     case 8:

@@ -9,8 +9,11 @@
 //
 // V provides:
 //   using F;                                        16 fp32 lanes
-//   kMaxActivationRows; kRowsPerTile<MB>: output rows per tile when activation blocks hold MB
-//   rows (MB = 1, 2, or 4 standing for 3 and more)
+//   kMaxActivationRows; kRowsPerTile<MB>: quantized tiles, activation blocks of MB = 1 ..
+//   kMaxActivationRows rows, R = kRowsPerTile<MB> output rows
+//   kAccumulatorsInRegisters: whether a quantized tile keeps its accumulators in registers
+//   kDenseMaxActivationRows; kDenseRowsPerTile<MB>: the same for dense tiles (MB = 1, 2, or 4
+//   standing for 3 and more)
 //   F zero(); F load(const float*); F load_partial(const float*, int count);
 //   F broadcast(float); F fma(F a, F b, F c);       a*b + c lane-wise, one rounding
 //   F add(F, F); void store(float*, F);
@@ -57,6 +60,38 @@ void load_group_values(const uint8_t* base, DType dtype, int64_t first, int coun
   }
 }
 
+// The scaled accumulators of a tile's R x MB pairs. With 32 vector registers they stay in
+// registers beside the per-group partial sums (with 32-element groups each is updated once per two
+// products, and a store and reload per update would cost more than the products); with 16 they
+// live in memory, which leaves the registers to the partial sums of a larger tile.
+template <class V, int R, int MB, bool InRegisters>
+struct Accumulators;
+
+template <class V, int R, int MB>
+struct Accumulators<V, R, MB, true> {
+  typename V::F value[R][MB];
+  Accumulators() {
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 16
+      for (int i = 0; i < MB; ++i) value[r][i] = V::zero();
+    }
+  }
+  typename V::F get(int r, int i) const {
+    return value[r][i];
+  }
+  void set(int r, int i, typename V::F v) {
+    value[r][i] = v;
+  }
+};
+
+template <class V, int R, int MB>
+struct Accumulators<V, R, MB, false> {
+  alignas(64) float value[R][MB][16] = {};
+  typename V::F get(int r, int i) const { return V::load(value[r][i]); }
+  void set(int r, int i, typename V::F v) { V::store(value[r][i], v); }
+};
+
 template <class V, int Bits, int R, int MB>
 void quant_tile(const QuantTask& task, int64_t row0, int64_t i0) {
   using F = typename V::F;
@@ -69,6 +104,9 @@ void quant_tile(const QuantTask& task, int64_t row0, int64_t i0) {
   const int64_t row_bytes = w.cols * Bits / 8;
   const uint8_t* packed[R];
   int64_t first_group[R];
+  // Loops over R and MB carry `#pragma GCC unroll`: fully unrolled, the per-pair arrays become
+  // registers (GCC's default unrolling limits stop short of the larger tiles).
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
     const int64_t stored_row = task.expert * w.rows + row0 + r;
     packed[r] = w.packed + stored_row * row_bytes;
@@ -76,14 +114,18 @@ void quant_tile(const QuantTask& task, int64_t row0, int64_t i0) {
   }
   const float* xslots[MB];
   const float* xsums[MB];
+#pragma GCC unroll 16
   for (int i = 0; i < MB; ++i) {
     xslots[i] = task.xslots[i0 + i];
     xsums[i] = task.xsums[i0 + i];
   }
-  // The accumulators live in memory: they are touched once per group, and keeping them out of
-  // registers leaves those to the per-group partial sums of all R x MB pairs.
-  alignas(64) float acc[R][MB][16] = {};
+  Accumulators<V, R, MB, V::kAccumulatorsInRegisters> acc;
   alignas(64) float bias_lanes[R][MB][16] = {};
+  if constexpr (V::kAccumulatorsInRegisters) {
+    // Keeps the bias lanes in memory: otherwise the compiler promotes them to registers and
+    // spills partial sums from the hot loop instead.
+    asm("" : : "r"(&bias_lanes[0][0][0]) : "memory");
+  }
   const uint8_t* next_tile = packed[0] + kPrefetchTilesAhead * R * row_bytes;
   alignas(64) float scales[R][kGroupBlock];
   alignas(64) float biases[R][kGroupBlock];
@@ -105,7 +147,9 @@ void quant_tile(const QuantTask& task, int64_t row0, int64_t i0) {
     for (int gb = 0; gb < count; ++gb) {
       const int64_t g = block + gb;
       F partial[R][MB];
+#pragma GCC unroll 16
       for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 16
         for (int i = 0; i < MB; ++i) partial[r][i] = V::zero();
       }
       for (int64_t first = g * group; first < (g + 1) * group; first += kChunk) {
@@ -116,93 +160,85 @@ void quant_tile(const QuantTask& task, int64_t row0, int64_t i0) {
         for (int line = 0; line < R * kChunk * Bits / 8; line += 64) {
           __builtin_prefetch(ahead + line, 0, kPrefetchLocality);
         }
-        F x[MB][kVectors];
-        for (int i = 0; i < MB; ++i) {
-          for (int v = 0; v < kVectors; ++v) x[i][v] = V::load(xslots[i] + first + 16 * v);
-        }
+#pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
           F q[kVectors];
           V::template decode<Bits>(packed[r] + first * Bits / 8, q);
+#pragma GCC unroll 16
           for (int v = 0; v < kVectors; ++v) {
-            for (int i = 0; i < MB; ++i) partial[r][i] = V::fma(x[i][v], q[v], partial[r][i]);
+#pragma GCC unroll 16
+            for (int i = 0; i < MB; ++i) {
+              partial[r][i] = V::fma(V::load(xslots[i] + first + 16 * v), q[v], partial[r][i]);
+            }
           }
         }
       }
+#pragma GCC unroll 16
       for (int r = 0; r < R; ++r) {
         const F scale = V::broadcast(scales[r][gb]);
-        for (int i = 0; i < MB; ++i) {
-          V::store(acc[r][i], V::fma(scale, partial[r][i], V::load(acc[r][i])));
-        }
+#pragma GCC unroll 16
+        for (int i = 0; i < MB; ++i) acc.set(r, i, V::fma(scale, partial[r][i], acc.get(r, i)));
       }
     }
   }
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 16
     for (int i = 0; i < MB; ++i) {
-      task.y[i0 + i][row0 + r] = V::reduce(V::add(V::load(acc[r][i]), V::load(bias_lanes[r][i])));
+      task.y[i0 + i][row0 + r] = V::reduce(V::add(acc.get(r, i), V::load(bias_lanes[r][i])));
     }
   }
+}
+
+// One tile of R output rows against every activation row, in blocks of up to kMaxActivationRows:
+// the tile's weights stay in L1 between blocks.
+template <class V, int Bits, int R, int MB = 1>
+void quant_tile_block(const QuantTask& task, int64_t row0, int64_t i0, int rows) {
+  if constexpr (MB < V::kMaxActivationRows) {
+    if (rows != MB) return quant_tile_block<V, Bits, R, MB + 1>(task, row0, i0, rows);
+  }
+  quant_tile<V, Bits, R, MB>(task, row0, i0);
 }
 
 template <class V, int Bits, int R>
 void quant_tile_rows(const QuantTask& task, int64_t row0) {
   constexpr int kMaxRows = V::kMaxActivationRows;
   for (int64_t i0 = 0; i0 < task.m; i0 += kMaxRows) {
-    const int64_t rows = task.m - i0 < kMaxRows ? task.m - i0 : kMaxRows;
-    switch (rows) {
-      case 1:
-        quant_tile<V, Bits, R, 1>(task, row0, i0);
-        break;
-      case 2:
-        if constexpr (kMaxRows >= 2) quant_tile<V, Bits, R, 2>(task, row0, i0);
-        break;
-      case 3:
-        if constexpr (kMaxRows >= 3) quant_tile<V, Bits, R, 3>(task, row0, i0);
-        break;
-      default:
-        if constexpr (kMaxRows >= 4) quant_tile<V, Bits, R, 4>(task, row0, i0);
-        break;
-    }
+    const int rows = static_cast<int>(task.m - i0 < kMaxRows ? task.m - i0 : kMaxRows);
+    quant_tile_block<V, Bits, R>(task, row0, i0, rows);
   }
 }
 
-template <class V, int Bits>
-void quant_rows_bits(const QuantTask& task, int64_t row_begin, int64_t row_end) {
-  int64_t row = row_begin;
-  switch (task.m < V::kMaxActivationRows ? task.m : V::kMaxActivationRows) {
-    case 1: {
-      constexpr int R = V::template kRowsPerTile<1>;
-      for (; row + R <= row_end; row += R) quant_tile_rows<V, Bits, R>(task, row);
-      break;
-    }
-    case 2: {
-      constexpr int R = V::template kRowsPerTile<2>;
-      for (; row + R <= row_end; row += R) quant_tile_rows<V, Bits, R>(task, row);
-      break;
-    }
-    default: {
-      constexpr int R = V::template kRowsPerTile<4>;
-      for (; row + R <= row_end; row += R) quant_tile_rows<V, Bits, R>(task, row);
-      break;
-    }
+// Tiles of kRowsPerTile<MB> output rows, MB the size of the first activation block, then single
+// rows.
+template <class V, int Bits, int MB = 1>
+void quant_rows_tiled(const QuantTask& task, int64_t row_begin, int64_t row_end) {
+  if constexpr (MB < V::kMaxActivationRows) {
+    if (task.m > MB) return quant_rows_tiled<V, Bits, MB + 1>(task, row_begin, row_end);
   }
-  for (; row < row_end; ++row) quant_tile_rows<V, Bits, 1>(task, row);
+  constexpr int R = V::template kRowsPerTile<MB>;
+  int64_t row = row_begin;
+  for (; row + R <= row_end; row += R) quant_tile_rows<V, Bits, R>(task, row);
+  if constexpr (R > 1) {
+    for (; row < row_end; ++row) quant_tile_rows<V, Bits, 1>(task, row);
+  }
 }
 
 template <class V>
 void quant_rows(const QuantTask& task, int64_t row_begin, int64_t row_end) {
   switch (task.w->format.bits) {
     case 2:
-      return quant_rows_bits<V, 2>(task, row_begin, row_end);
+      return quant_rows_tiled<V, 2>(task, row_begin, row_end);
     case 3:
-      return quant_rows_bits<V, 3>(task, row_begin, row_end);
+      return quant_rows_tiled<V, 3>(task, row_begin, row_end);
     case 4:
-      return quant_rows_bits<V, 4>(task, row_begin, row_end);
+      return quant_rows_tiled<V, 4>(task, row_begin, row_end);
     case 5:
-      return quant_rows_bits<V, 5>(task, row_begin, row_end);
+      return quant_rows_tiled<V, 5>(task, row_begin, row_end);
     case 6:
-      return quant_rows_bits<V, 6>(task, row_begin, row_end);
+      return quant_rows_tiled<V, 6>(task, row_begin, row_end);
     case 8:
-      return quant_rows_bits<V, 8>(task, row_begin, row_end);
+      return quant_rows_tiled<V, 8>(task, row_begin, row_end);
   }
 }
 
@@ -252,7 +288,7 @@ void dense_tile(const DenseTask& task, int64_t row0, int64_t i0) {
 
 template <class V, DType D, int R>
 void dense_tile_rows(const DenseTask& task, int64_t row0) {
-  constexpr int kMaxRows = V::kMaxActivationRows;
+  constexpr int kMaxRows = V::kDenseMaxActivationRows;
   for (int64_t i0 = 0; i0 < task.m; i0 += kMaxRows) {
     const int64_t rows = task.m - i0 < kMaxRows ? task.m - i0 : kMaxRows;
     switch (rows) {
@@ -275,19 +311,19 @@ void dense_tile_rows(const DenseTask& task, int64_t row0) {
 template <class V, DType D>
 void dense_rows_typed(const DenseTask& task, int64_t row_begin, int64_t row_end) {
   int64_t row = row_begin;
-  switch (task.m < V::kMaxActivationRows ? task.m : V::kMaxActivationRows) {
+  switch (task.m < V::kDenseMaxActivationRows ? task.m : V::kDenseMaxActivationRows) {
     case 1: {
-      constexpr int R = V::template kRowsPerTile<1>;
+      constexpr int R = V::template kDenseRowsPerTile<1>;
       for (; row + R <= row_end; row += R) dense_tile_rows<V, D, R>(task, row);
       break;
     }
     case 2: {
-      constexpr int R = V::template kRowsPerTile<2>;
+      constexpr int R = V::template kDenseRowsPerTile<2>;
       for (; row + R <= row_end; row += R) dense_tile_rows<V, D, R>(task, row);
       break;
     }
     default: {
-      constexpr int R = V::template kRowsPerTile<4>;
+      constexpr int R = V::template kDenseRowsPerTile<4>;
       for (; row + R <= row_end; row += R) dense_tile_rows<V, D, R>(task, row);
       break;
     }

@@ -72,11 +72,16 @@ struct Lanes16 {
 
 struct Avx2 {
   using F = Lanes16;
+  // 16 ymm registers, two per vector: accumulators in memory, R·MB partial sums in registers.
   static constexpr int kMaxActivationRows = 2;
   template <int MB>
-  static constexpr int kRowsPerTile = MB == 1   ? 4
-                                      : MB == 2 ? 2
-                                                : 2;
+  static constexpr int kRowsPerTile = MB == 1 ? 4 : 2;
+  static constexpr bool kAccumulatorsInRegisters = false;
+  static constexpr int kDenseMaxActivationRows = 2;
+  template <int MB>
+  static constexpr int kDenseRowsPerTile = MB == 1   ? 4
+                                           : MB == 2 ? 2
+                                                     : 2;
 
   static F zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
   static F load(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }

@@ -59,11 +59,20 @@ __mmask16 first_lanes(int count) {
 
 struct Avx512 {
   using F = __m512;
+  // 32 vector registers: 2·R·MB of them hold a tile's partial sums and accumulators, the rest
+  // the decoded weights and activations. Blocks of up to 4 activation rows: blocks of 8 (R = 1)
+  // measured slower, their activations outgrowing L1 beside the weights at 1536 columns.
   static constexpr int kMaxActivationRows = 4;
   template <int MB>
   static constexpr int kRowsPerTile = MB == 1   ? 8
-                                      : MB == 2 ? 6
-                                                : 4;
+                                      : MB == 2 ? 4
+                                                : 3;
+  static constexpr bool kAccumulatorsInRegisters = true;
+  static constexpr int kDenseMaxActivationRows = 4;
+  template <int MB>
+  static constexpr int kDenseRowsPerTile = MB == 1   ? 8
+                                           : MB == 2 ? 6
+                                                     : 4;
 
   static F zero() { return _mm512_setzero_ps(); }
   static F load(const float* p) { return _mm512_loadu_ps(p); }

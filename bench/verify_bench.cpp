@@ -1,0 +1,146 @@
+// Speculative verify forwards on the default model (SmolLM2-135M-Instruct, 4-bit, group 32):
+// one forward of `width` rows after a 64-token context, logits for every row (as the verify step
+// asks), rolled back after each timing so the context depth stays fixed. BM_VerifyAttention: the
+// attention calls of such a forward alone. (quant_bench --benchmark_filter=smollm2 times the
+// model's quantized products alone at the same widths.)
+//
+//   scripts/install_default_model.sh   (or DSPARK_VERIFY_MODEL=<checkpoint dir>)
+//   verify_bench [--benchmark_repetitions=5 --benchmark_report_aggregates_only=true]
+//
+// Counters:
+//   ms_per_row       forward time divided by the width
+//   x_width1         forward time relative to the width-1 forward measured in the same process
+//   MB_weights       weight bytes one forward streams (every matrix once, one embedding row)
+//   roofline_ms      MB_weights at this machine's measured read bandwidth (all threads): the
+//                    floor of any forward, whatever its width, if it is bandwidth-bound
+//   bw_GBps          that bandwidth
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "base/system_info.h"
+#include "base/thread_pool.h"
+#include "formats/model_store.h"
+#include "kernels/bandwidth.h"
+#include "kernels/ops.h"
+#include "model/model.h"
+
+namespace {
+
+constexpr int64_t kContext = 64;
+
+std::string checkpoint_dir() {
+  if (const char* dir = std::getenv("DSPARK_VERIFY_MODEL")) return dir;
+  return dspark::models_dir() + "/SmolLM2-135M-Instruct";
+}
+
+dspark::Model* default_model(benchmark::State& state) {
+  static std::unique_ptr<dspark::Model> model;
+  static std::string error;
+  if (!model && error.empty()) {
+    if (!std::filesystem::exists(checkpoint_dir() + "/config.json")) {
+      error = "no checkpoint at " + checkpoint_dir() +
+              ": run scripts/install_default_model.sh (or set DSPARK_VERIFY_MODEL)";
+    } else {
+      try {
+        model = dspark::load_model(checkpoint_dir());
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    }
+  }
+  if (!model) state.SkipWithError(error.c_str());
+  return model.get();
+}
+
+double read_bandwidth_gbs() {
+  static const double gbs =
+      dspark::kernels::measure_read_bandwidth_gbs(dspark::default_pool().num_threads());
+  return gbs;
+}
+
+std::vector<int32_t> synthetic_tokens(int64_t n, int64_t vocab, int64_t seed) {
+  std::vector<int32_t> tokens(n);
+  for (int64_t i = 0; i < n; ++i) {
+    tokens[i] = static_cast<int32_t>((1000 + 7919 * (i + seed)) % vocab);
+  }
+  return tokens;
+}
+
+// Seconds of one forward at each width, from the latest run of each width in this process.
+std::map<int64_t, double>& forward_seconds() {
+  static std::map<int64_t, double> seconds;
+  return seconds;
+}
+
+void BM_VerifyForward(benchmark::State& state) {
+  dspark::Model* model = default_model(state);
+  if (model == nullptr) return;
+  const int64_t width = state.range(0);
+  read_bandwidth_gbs();
+  dspark::ModelState sequence = model->new_state();
+  dspark::ForwardOutput out;
+  const std::vector<int32_t> context = synthetic_tokens(kContext, model->vocab_size(), 0);
+  model->forward(context.data(), kContext, sequence, {kContext - 1}, {}, out);
+  const std::vector<int32_t> rows = synthetic_tokens(width, model->vocab_size(), kContext);
+  std::vector<int64_t> logit_rows(width);
+  std::iota(logit_rows.begin(), logit_rows.end(), 0);
+  double total = 0;
+  for (auto _ : state) {
+    const double start = dspark::now_seconds();
+    model->forward(rows.data(), width, sequence, logit_rows, {}, out);
+    const double elapsed = dspark::now_seconds() - start;
+    state.SetIterationTime(elapsed);
+    total += elapsed;
+    sequence.trim(kContext);
+  }
+  const double seconds = total / static_cast<double>(state.iterations());
+  forward_seconds()[width] = seconds;
+  const double bytes = static_cast<double>(model->decode_weight_bytes());
+  state.counters["ms_per_row"] = 1e3 * seconds / static_cast<double>(width);
+  if (forward_seconds().count(1)) state.counters["x_width1"] = seconds / forward_seconds()[1];
+  state.counters["MB_weights"] = bytes / 1e6;
+  state.counters["bw_GBps"] = read_bandwidth_gbs();
+  state.counters["roofline_ms"] = 1e3 * bytes / (read_bandwidth_gbs() * 1e9);
+}
+BENCHMARK(BM_VerifyForward)
+    ->ArgName("width")
+    ->Arg(1)
+    ->Arg(2)
+    ->Arg(4)
+    ->Arg(8)
+    ->Arg(16)
+    ->Unit(benchmark::kMillisecond)
+    ->UseManualTime();
+
+// Attention alone at the default model's shapes (9 q heads, 3 kv heads of 64) for `width` new rows
+// after the same 64-token context, over all 30 layers' worth of calls.
+void BM_VerifyAttention(benchmark::State& state) {
+  const int64_t width = state.range(0), q_heads = 9, kv_heads = 3, dim = 64, layers = 30;
+  std::vector<float> q(width * q_heads * dim, 0.01f), out(q.size());
+  std::vector<float> keys((kContext + width) * kv_heads * dim, 0.02f), values(keys.size(), 0.5f);
+  for (auto _ : state) {
+    for (int64_t layer = 0; layer < layers; ++layer) {
+      dspark::kernels::causal_attention(q.data(), width, q_heads, kv_heads, dim, keys.data(),
+                                        values.data(), kContext, 0.125f, out.data());
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+}
+BENCHMARK(BM_VerifyAttention)
+    ->ArgName("width")
+    ->Arg(1)
+    ->Arg(8)
+    ->Arg(16)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();
