@@ -68,8 +68,9 @@ void Model::forward(const int32_t* tokens, int64_t n, ModelState& state,
   const int64_t H = config_.hidden_size;
   const int64_t V = vocab_size();
   const int64_t n_taps = static_cast<int64_t>(tap_layers.size());
-  out.logits.assign(logit_rows.size() * V, 0.0f);
-  out.taps.assign(n * n_taps * H, 0.0f);
+  // Every logit row and tap row is written below; resizing keeps a reused output's pages.
+  out.logits.resize(logit_rows.size() * V);
+  out.taps.resize(n * n_taps * H);
   if (n == 0) return;
   state.reserve(state.length() + n);
 
@@ -105,15 +106,21 @@ void Model::forward(const int32_t* tokens, int64_t n, ModelState& state,
     if (!wanted.empty()) {
       const int64_t k = static_cast<int64_t>(wanted.size());
       gathered.resize(k * H);
-      chunk_logits.resize(k * V);
       for (int64_t i = 0; i < k; ++i) {
         std::memcpy(gathered.data() + i * H, hidden.data() + (logit_rows[wanted[i]] - first) * H,
                     H * sizeof(float));
       }
-      compute_logits(gathered.data(), k, chunk_logits.data());
-      for (int64_t i = 0; i < k; ++i) {
-        std::memcpy(out.logits.data() + wanted[i] * V, chunk_logits.data() + i * V,
-                    V * sizeof(float));
+      // Rows asked for in order (the usual case) land in place; otherwise through a buffer.
+      const bool in_order = wanted.back() - wanted.front() == k - 1;
+      if (in_order) {
+        compute_logits(gathered.data(), k, out.logits.data() + wanted.front() * V);
+      } else {
+        chunk_logits.resize(k * V);
+        compute_logits(gathered.data(), k, chunk_logits.data());
+        for (int64_t i = 0; i < k; ++i) {
+          std::memcpy(out.logits.data() + wanted[i] * V, chunk_logits.data() + i * V,
+                      V * sizeof(float));
+        }
       }
     }
     state.advance(rows);
