@@ -1,10 +1,11 @@
 #include "engine/generator.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "base/error.h"
 #include "base/system_info.h"
-#include "engine/reasoning_budget.h"
+#include "engine/forced_tokens.h"
 
 namespace dspark {
 
@@ -64,11 +65,12 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt, ModelSt
     return result;
   }
   const SamplingParams& sampling = config.sampling;
-  // Sampling adjusts the logits in place (bias, penalties); the logprob needs them as the model gave.
+  // Sampling adjusts the logits in place (bias, penalties); the logprob needs them as the model
+  // gave.
   const bool copy_raw = config.logprobs && sampling.adjusts_logits();
   Rng rng(sampling.seed);
   TokenCounts counts;
-  ReasoningBudget reasoning(config.reasoning_budget);
+  ForcedTokens forcing(config.reasoning_budget, config.answer_prefix);
   ForwardOutput output;
   std::vector<float> raw;
   const double prefill_start = now_seconds();
@@ -84,7 +86,7 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt, ModelSt
     result.tokens.push_back(token.id);
     ++result.stats.generated_tokens;
     const bool keep_going = on_token(token);
-    reasoning.on_token(token.id);
+    forcing.on_token(token.id);
     if (std::find(config.eos_ids.begin(), config.eos_ids.end(), token.id) != config.eos_ids.end()) {
       result.finish_reason = FinishReason::eos;
       finished = true;
@@ -97,9 +99,55 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt, ModelSt
     }
   };
 
+  const bool wants_rows = config.logprobs || sampling.top_logprobs > 0;
+  auto describe = [&](CommittedToken& token, const float* row) {
+    if (config.logprobs) token.logprob = logprob_of(row, vocab, token.id);
+    if (sampling.top_logprobs > 0)
+      token.alternatives = top_logprobs(row, vocab, sampling.top_logprobs);
+  };
   std::vector<int32_t> rows;
   std::vector<int64_t> logit_rows;
+  std::vector<CommittedToken> forced_tokens;
+  // The last committed token, not yet fed to the model; unset at the start, where `output`
+  // holds the prompt's last row.
+  std::optional<int32_t> pending;
   for (;;) {
+    if (const std::vector<int32_t>* forced = forcing.due(
+            tokens_left(config, model_, prompt_tokens, result.stats.generated_tokens))) {
+      // The forced ids go through one forward of [pending, forced[0 : n-1]], as in speculative
+      // decoding (speculative.md §8), so both decode the same rows. At the start the prompt's
+      // last row already gives forced[0]'s logits.
+      forcing.on_forced();
+      result.budget_forced = forcing.budget_fired();
+      const int64_t n = static_cast<int64_t>(forced->size());
+      forced_tokens.assign(n, CommittedToken{});
+      for (int64_t i = 0; i < n; ++i) forced_tokens[i].id = (*forced)[i];
+      const int64_t first_row = pending ? 0 : 1;
+      if (!pending && wants_rows) describe(forced_tokens[0], output.logits.data());
+      rows.clear();
+      if (pending) rows.push_back(*pending);
+      rows.insert(rows.end(), forced->begin(), forced->end() - 1);
+      if (!rows.empty()) {
+        logit_rows.clear();
+        for (int64_t i = 0; wants_rows && i < static_cast<int64_t>(rows.size()); ++i) {
+          logit_rows.push_back(i);
+        }
+        model_.forward(rows.data(), static_cast<int64_t>(rows.size()), state, logit_rows, {},
+                       output);
+        for (int64_t i = first_row; wants_rows && i < n; ++i) {
+          describe(forced_tokens[i], output.logits.data() + (i - first_row) * vocab);
+        }
+      }
+      for (int64_t i = 0; i < n && !finished; ++i) commit(forced_tokens[i]);
+      if (finished) break;
+      if (state.length() >= model_.max_context()) {
+        result.finish_reason = FinishReason::length;
+        break;
+      }
+      pending = forced->back();
+      continue;
+    }
+    if (pending) model_.forward(&*pending, 1, state, {0}, {}, output);
     float* logits = output.logits.data();
     CommittedToken token;
     if (sampling.top_logprobs > 0) {
@@ -115,40 +163,7 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt, ModelSt
       result.finish_reason = FinishReason::length;
       break;
     }
-    int32_t pending = token.id;
-    if (reasoning.due(tokens_left(config, model_, prompt_tokens, result.stats.generated_tokens))) {
-      // The forced ids go through one forward of [pending, forced[0 : n-1]], as in speculative
-      // decoding (speculative.md §8), so both decode the same rows.
-      reasoning.on_forced();
-      result.budget_forced = true;
-      const std::vector<int32_t>& forced = reasoning.forced_ids();
-      const int64_t n = static_cast<int64_t>(forced.size());
-      rows.assign(1, pending);
-      rows.insert(rows.end(), forced.begin(), forced.end() - 1);
-      logit_rows.clear();
-      if (config.logprobs || sampling.top_logprobs > 0) {
-        for (int64_t i = 0; i < n; ++i) logit_rows.push_back(i);
-      }
-      model_.forward(rows.data(), n, state, logit_rows, {}, output);
-      for (int64_t i = 0; i < n && !finished; ++i) {
-        CommittedToken forced_token;
-        forced_token.id = forced[i];
-        if (!logit_rows.empty()) {
-          const float* row = output.logits.data() + i * vocab;
-          if (config.logprobs) forced_token.logprob = logprob_of(row, vocab, forced_token.id);
-          if (sampling.top_logprobs > 0)
-            forced_token.alternatives = top_logprobs(row, vocab, sampling.top_logprobs);
-        }
-        commit(forced_token);
-      }
-      if (finished) break;
-      if (state.length() >= model_.max_context()) {
-        result.finish_reason = FinishReason::length;
-        break;
-      }
-      pending = forced.back();
-    }
-    model_.forward(&pending, 1, state, {0}, {}, output);
+    pending = token.id;
   }
   result.stats.decode_seconds = now_seconds() - decode_start;
   result.stats.peak_rss_bytes = peak_rss_bytes();

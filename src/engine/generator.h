@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/reasoning_budget.h"
+#include "engine/forced_tokens.h"
 #include "engine/sampler.h"
 #include "model/model.h"
 
@@ -21,6 +21,7 @@ struct GenerationConfig {
   // Fill CommittedToken::logprob; off spares a log-softmax over the vocabulary per token.
   bool logprobs = false;
   ReasoningBudgetConfig reasoning_budget;
+  AnswerPrefixConfig answer_prefix;  // tool_choice: the opening of a call, forced (forced_tokens.h)
 };
 
 enum class FinishReason { eos, length, stop, cancelled };

@@ -184,6 +184,33 @@ GenerationConfig Engine::generation_config(const ChatRequest& request,
   return config;
 }
 
+namespace {
+
+// tool_choice "required" or a named function: the tokens that open the call, forced where the
+// answer starts (after the thinking block when the prompt leaves one open).
+AnswerPrefixConfig forced_tool_call(const ChatRequest& request,
+                                    const ChatOutputParser::Config& parser,
+                                    const Tokenizer& tokenizer) {
+  AnswerPrefixConfig prefix;
+  if (!request.forced_tool_call) return prefix;
+  const std::string text = forced_call_prefix(parser.format, *request.forced_tool_call);
+  if (text.empty()) {
+    throw ApiError(400,
+                   "tool_choice cannot force a call: this model's chat template defines no "
+                   "tool-call format",
+                   "", "tool_choice");
+  }
+  prefix.ids = tokenizer.encode(text, false);
+  if (parser.reasoning && parser.starts_in_reasoning) {
+    prefix.starts_in_reasoning = true;
+    prefix.closer = parser.reasoning->end;
+    prefix.token_text = [&tokenizer](int32_t id) { return tokenizer.decode({id}, false); };
+  }
+  return prefix;
+}
+
+}  // namespace
+
 nlohmann::json Engine::health() const {
   const DecodeOptions& decode = options_.decode.options;
   nlohmann::json max_draft = nullptr;
@@ -217,6 +244,7 @@ std::shared_ptr<Job> Engine::submit(ChatRequest request, PreparedPrompt prompt) 
       request, options_.reasoning_budget, options_.reasoning_budget_message,
       prompt.parser.reasoning, prompt.parser.starts_in_reasoning, *bundle_->tokenizer,
       bundle_->eos_ids);
+  job->config.answer_prefix = forced_tool_call(request, prompt.parser, *bundle_->tokenizer);
   job->request = std::move(request);
   job->prompt = std::move(prompt);
   {

@@ -124,13 +124,16 @@ void apply_tool_choice(ChatRequest& request, const std::string& choice, bool nam
                      "", "tool_choice");
     }
     request.tools = std::move(kept);
+    request.forced_tool_call = choice;
   } else if (choice == "none") {
     request.parse_tool_calls = false;
-  } else if (choice != "auto" && choice != "required") {
+  } else if (choice == "required") {
+    if (request.tools.is_null()) {
+      throw ApiError(400, "tool_choice 'required' needs tools", "", "tool_choice");
+    }
+    request.forced_tool_call = "";
+  } else if (choice != "auto") {
     throw ApiError(400, fmt::format("unknown tool_choice '{}'", choice), "", "tool_choice");
-  }
-  if (choice == "required" && request.tools.is_null()) {
-    throw ApiError(400, "tool_choice 'required' needs tools", "", "tool_choice");
   }
 }
 

@@ -68,8 +68,10 @@ struct ChatRequest {
   std::optional<std::string> raw_prompt;  // /v1/completions: no template
   nlohmann::ordered_json tools;           // null = no tools
   // "none" still renders the tools but parses no calls; a named function keeps only that tool.
-  // Calls are not forced ("required" behaves as "auto"): there is no constrained decoding.
   bool parse_tool_calls = true;
+  // "required" (empty name) or a named function: the opening of a call is forced where the answer
+  // starts (engine/forced_tokens.h); the model writes the rest.
+  std::optional<std::string> forced_tool_call;
   nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();
   // enable_thinking as the request decided it (kwargs > effort / thinking.type); nullopt = server
   // default.

@@ -5,7 +5,7 @@
 
 #include "base/error.h"
 #include "base/system_info.h"
-#include "engine/reasoning_budget.h"
+#include "engine/forced_tokens.h"
 
 namespace dspark {
 
@@ -81,7 +81,7 @@ GenerationResult SpeculativeGenerator::generate(const std::vector<int32_t>& prom
   const int64_t prompt_tokens = static_cast<int64_t>(prompt.size());
   Rng rng(sampling.seed);
   TokenCounts counts;
-  ReasoningBudget reasoning(config.reasoning_budget);
+  ForcedTokens forcing(config.reasoning_budget, config.answer_prefix);
   std::vector<int32_t> committed = prompt;
   ForwardOutput output;
 
@@ -95,9 +95,9 @@ GenerationResult SpeculativeGenerator::generate(const std::vector<int32_t>& prom
   const double decode_start = now_seconds();
 
   bool finished = false;
-  // The reasoning budget is consulted after every commit, as plain decoding does, so a round
-  // stops committing at the token where plain decoding would inject the forced ids.
-  bool forced_due = false;
+  // Forced tokens (reasoning budget, answer prefix) are consulted after every commit, as plain
+  // decoding does, so a round stops committing at the token where plain decoding would force.
+  const std::vector<int32_t>* forced_due = nullptr;
   // Commits one token: reports it and decides whether generation ends here. `raw_logits` is the
   // row the token was chosen from; null when neither logprobs nor alternatives are wanted.
   auto commit = [&](int32_t id, const float* raw_logits) {
@@ -111,7 +111,7 @@ GenerationResult SpeculativeGenerator::generate(const std::vector<int32_t>& prom
     result.tokens.push_back(id);
     ++result.stats.generated_tokens;
     const bool keep_going = on_token(token);
-    reasoning.on_token(id);
+    forcing.on_token(id);
     if (is_eos(config, id)) {
       result.finish_reason = FinishReason::eos;
       finished = true;
@@ -124,12 +124,15 @@ GenerationResult SpeculativeGenerator::generate(const std::vector<int32_t>& prom
     }
     if (!finished) {
       forced_due =
-          reasoning.due(tokens_left(config, model_, prompt_tokens, result.stats.generated_tokens));
+          forcing.due(tokens_left(config, model_, prompt_tokens, result.stats.generated_tokens));
     }
   };
   const bool wants_rows = config.logprobs || sampling.top_logprobs > 0;
 
-  {
+  // The first token: forced where the answer starts right away, else sampled from the prompt's
+  // last row.
+  forced_due = forcing.due(tokens_left(config, model_, prompt_tokens, 0));
+  if (!forced_due) {
     std::vector<float> row = output.logits;
     const int32_t first = sample_token(sampling, counts, row.data(), vocab, rng);
     commit(first, output.logits.data());
@@ -145,28 +148,36 @@ GenerationResult SpeculativeGenerator::generate(const std::vector<int32_t>& prom
       break;
     }
     if (forced_due) {
-      // speculative.md §8: one forward of [pending, forced[0 : n-1]], accepted unconditionally.
-      forced_due = false;
-      reasoning.on_forced();
-      result.budget_forced = true;
-      const std::vector<int32_t>& forced = reasoning.forced_ids();
+      // speculative.md §8: one forward of [pending, forced[0 : n-1]], accepted unconditionally. At
+      // the start nothing is pending: the prompt's last row gives forced[0], committed first.
+      const std::vector<int32_t>& forced = *forced_due;
+      forced_due = nullptr;
+      forcing.on_forced();
+      result.budget_forced = forcing.budget_fired();
+      const bool at_start = result.tokens.empty();
       const int64_t n = static_cast<int64_t>(forced.size());
-      rows.assign(1, committed.back());
+      if (at_start) commit(forced[0], wants_rows ? output.logits.data() : nullptr);
+      rows.clear();
+      if (!at_start) rows.push_back(committed.back());
       rows.insert(rows.end(), forced.begin(), forced.end() - 1);
-      logit_rows.clear();
-      if (wants_rows) {
-        logit_rows.resize(n);
-        std::iota(logit_rows.begin(), logit_rows.end(), 0);
-      }
-      const double verify_start = now_seconds();
-      state.set_recording(false);
-      model_.forward(rows.data(), n, state, logit_rows, taps, output);
-      ++stats_.target_forwards;
-      ++stats_.forced_forwards;
-      stats_.verify_seconds += now_seconds() - verify_start;
-      drafter_.on_target_rows(rows.data(), n, output.taps.data());
-      for (int64_t i = 0; i < n && !finished; ++i) {
-        commit(forced[i], wants_rows ? output.logits.data() + i * vocab : nullptr);
+      const int64_t fed = static_cast<int64_t>(rows.size());
+      if (fed > 0 && !finished) {
+        logit_rows.clear();
+        if (wants_rows) {
+          logit_rows.resize(fed);
+          std::iota(logit_rows.begin(), logit_rows.end(), 0);
+        }
+        const double verify_start = now_seconds();
+        state.set_recording(false);
+        model_.forward(rows.data(), fed, state, logit_rows, taps, output);
+        ++stats_.target_forwards;
+        ++stats_.forced_forwards;
+        stats_.verify_seconds += now_seconds() - verify_start;
+        drafter_.on_target_rows(rows.data(), fed, output.taps.data());
+        const int64_t skip = at_start ? 1 : 0;
+        for (int64_t i = skip; i < n && !finished; ++i) {
+          commit(forced[i], wants_rows ? output.logits.data() + (i - skip) * vocab : nullptr);
+        }
       }
       if (options_.after_round) options_.after_round(state);
       continue;

@@ -243,6 +243,24 @@ ToolCallFormat detect_tool_call_format(std::string_view source) {
   return ToolCallFormat::kNone;
 }
 
+std::string forced_call_prefix(ToolCallFormat format, const std::string& function) {
+  const bool named = !function.empty();
+  switch (format) {
+    case ToolCallFormat::kXmlFunction:
+      return named ? "<tool_call>\n<function=" + function + ">\n" : "<tool_call>";
+    case ToolCallFormat::kHermesJson:
+      return named ? "<tool_call>\n{\"name\": \"" + function + "\", \"arguments\": "
+                   : "<tool_call>";
+    case ToolCallFormat::kNemotronJsonList:
+      return named ? "<TOOLCALL>[{\"name\": \"" + function + "\", \"arguments\": " : "<TOOLCALL>[";
+    case ToolCallFormat::kLlamaJson:
+      return named ? "{\"name\": \"" + function + "\", \"parameters\": " : "{\"name\": \"";
+    case ToolCallFormat::kNone:
+      break;
+  }
+  return "";
+}
+
 ParsedOutput collect_events(const std::vector<OutputEvent>& events) {
   ParsedOutput out;
   for (const OutputEvent& event : events) {

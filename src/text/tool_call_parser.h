@@ -30,6 +30,10 @@ enum class ToolCallFormat { kNone, kXmlFunction, kHermesJson, kNemotronJsonList,
 // The format a chat template teaches its model, judged from the template text.
 ToolCallFormat detect_tool_call_format(std::string_view template_source);
 
+// The text that opens a call in `format`, through the function's name when `function` is not
+// empty: what tool_choice "required" or a named function forces. Empty for kNone.
+std::string forced_call_prefix(ToolCallFormat format, const std::string& function);
+
 struct OutputEvent {
   enum class Kind { kReasoning, kContent, kToolCallStart, kToolCallArguments, kToolCallEnd };
   Kind kind;

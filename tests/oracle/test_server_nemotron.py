@@ -459,10 +459,31 @@ def test_tool_choice(server, scripted):
         with pytest.raises(openai.BadRequestError, match="tool_choice"):
             client.chat.completions.create(model="m", messages=QUESTION, tools=[WEATHER_TOOL],
                                            tool_choice=bad)
+    # After the tool's answer the model would reply in text; "required" and a named function
+    # force the opening of a call where the answer starts (after </think> with thinking on, at
+    # the first token with it off) and the model writes the rest.
+    turn2 = tool_turn(json.dumps(CALL_ARGUMENTS))
+    for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
+        for effort in ("medium", "none"):
+            forced = client.chat.completions.create(
+                model="m", messages=turn2, tools=[WEATHER_TOOL], temperature=0,
+                tool_choice=choice, reasoning_effort=effort)
+            assert forced.choices[0].finish_reason == "tool_calls", (choice, effort)
+            [call] = forced.choices[0].message.tool_calls
+            assert call.function.name == "get_weather"
+            assert json.loads(call.function.arguments) == CALL_ARGUMENTS
+            thought = (forced.choices[0].message.model_extra or {}).get("reasoning_content")
+            assert thought == (REASONING if effort == "medium" else None)
     anthropic_any = an(server).messages.create(
-        model="c", max_tokens=200, messages=QUESTION, tools=[ANTHROPIC_TOOL],
-        tool_choice={"type": "any"}, extra_body={"temperature": 0})
+        model="c", max_tokens=200,
+        messages=QUESTION + [
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1",
+                                               "name": "get_weather", "input": CALL_ARGUMENTS}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                          "content": "Sunny, 21 C"}]}],
+        tools=[ANTHROPIC_TOOL], tool_choice={"type": "any"}, extra_body={"temperature": 0})
     assert anthropic_any.stop_reason == "tool_use"
+    assert anthropic_any.content[-1].input == CALL_ARGUMENTS
     with pytest.raises(anthropic.BadRequestError, match="tool_choice"):
         an(server).messages.create(model="c", max_tokens=20, messages=QUESTION,
                                    tools=[ANTHROPIC_TOOL], tool_choice={"type": "tool", "name": "x"})

@@ -157,6 +157,22 @@ def test_typed_errors(server):
             model="c", max_tokens=5, messages=QUESTION)
 
 
+def test_tools_on_a_template_without_a_call_format(server):
+    """SmolLM2's template renders no tools and teaches no call format: tools are accepted and the
+    reply is plain text, while a forced call is refused with a reason rather than ignored."""
+    tool = {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}}}}
+    plain = oa(server).chat.completions.create(model="m", messages=QUESTION, temperature=0,
+                                               max_tokens=8)
+    with_tools = oa(server).chat.completions.create(model="m", messages=QUESTION, temperature=0,
+                                                    max_tokens=8, tools=[tool])
+    assert with_tools.choices[0].message.content == plain.choices[0].message.content
+    assert not with_tools.choices[0].message.tool_calls
+    with pytest.raises(openai.BadRequestError, match="tool-call format"):
+        oa(server).chat.completions.create(model="m", messages=QUESTION, tools=[tool],
+                                           tool_choice="required")
+
+
 def test_malformed_requests_get_4xx_and_server_survives(server):
     cases = [
         b"{bad json",

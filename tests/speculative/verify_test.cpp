@@ -575,5 +575,83 @@ TEST(LosslessGreedy, PenaltiesAndLogitBiasEqualPlain) {
             std::vector<int32_t>(5, 9));
 }
 
+// tool_choice's forced call opening: forced at the first token, after a closer the model writes,
+// and after the reasoning budget's own closer; speculative decoding forces the same ids at the same
+// place as plain decoding, for every drafter kind and cap.
+TEST(AnswerPrefixDecoding, SpeculativeEqualsPlainWithAForcedPrefix) {
+  testing::TinyCheckpoint checkpoint(31);
+  testing::fill_nemotron(checkpoint, "M*EMEM-");
+  auto model = load_model(checkpoint.write());
+  const int64_t vocab = model->vocab_size();
+  const std::vector<int32_t> prefix = {3, 4, 5};
+  const int64_t max_tokens = 16;
+  const std::vector<int32_t> prompt = test_prompts(vocab)[1];
+  const PlainRun plain = plain_run(*model, prompt, max_tokens);
+  // What plain greedy decoding gives once `head` is committed: head, then the model's own tokens.
+  auto continued = [&](std::vector<int32_t> head) {
+    std::vector<int32_t> context = prompt;
+    context.insert(context.end(), head.begin(), head.end());
+    const PlainRun after = plain_run(*model, context, max_tokens - head.size());
+    head.insert(head.end(), after.tokens.begin(), after.tokens.end());
+    return head;
+  };
+  auto spelled = [](std::map<int32_t, std::string> names) {
+    return [names](int32_t id) {
+      auto found = names.find(id);
+      return found != names.end() ? found->second : std::string("x");
+    };
+  };
+  struct Case {
+    const char* name;
+    GenerationConfig config;
+    std::vector<int32_t> expected;
+  };
+  std::vector<Case> cases(3);
+  cases[0].name = "at the start";
+  cases[0].config.answer_prefix.ids = prefix;
+  cases[0].expected = continued(prefix);
+  cases[1].name = "after the model's closer";
+  cases[1].config.answer_prefix = {prefix, true, "</think>",
+                                   spelled({{plain.tokens[2], "</think>"}})};
+  std::vector<int32_t> head(plain.tokens.begin(), plain.tokens.begin() + 3);
+  head.insert(head.end(), prefix.begin(), prefix.end());
+  cases[1].expected = continued(head);
+  cases[2].name = "after the budget's closer";
+  const auto text = spelled({{7, "</think>"}});
+  cases[2].config.answer_prefix = {prefix, true, "</think>", text};
+  cases[2].config.reasoning_budget.budget = 1;
+  cases[2].config.reasoning_budget.forced_ids = {6, 7, 8};
+  cases[2].config.reasoning_budget.starts_in_reasoning = true;
+  cases[2].config.reasoning_budget.token_text = text;
+  head = {plain.tokens[0], 6, 7, 8};
+  head.insert(head.end(), prefix.begin(), prefix.end());
+  cases[2].expected = continued(head);
+  for (Case& c : cases) {
+    c.config.max_tokens = max_tokens;
+    ModelState plain_state = model->new_state();
+    const GenerationResult reference = Generator(*model).generate(
+        prompt, plain_state, c.config, [](const CommittedToken&) { return true; });
+    ASSERT_EQ(reference.tokens, c.expected) << c.name;
+    std::vector<int32_t> full = prompt;
+    full.insert(full.end(), c.expected.begin(), c.expected.end());
+    for (int kind = 0; kind < 4; ++kind) {
+      for (int cap : {1, 3, 6}) {
+        std::unique_ptr<Drafter> drafter;
+        if (kind == 0) drafter = std::make_unique<OracleDrafter>(full, false, vocab);
+        if (kind == 1) drafter = std::make_unique<OracleDrafter>(full, true, vocab);
+        if (kind == 2) drafter = std::make_unique<RandomDrafter>(vocab, 300 + cap);
+        if (kind == 3) drafter = std::make_unique<LookupDrafter>(LookupParams{1, 2, cap, cap});
+        FixedCap fixed(cap);
+        SpeculativeGenerator generator(*model, *drafter, fixed);
+        ModelState state = model->new_state();
+        const GenerationResult result =
+            generator.generate(prompt, state, c.config, [](const CommittedToken&) { return true; });
+        EXPECT_EQ(result.tokens, c.expected) << c.name << ", " << drafter->name() << " cap " << cap;
+        EXPECT_EQ(result.budget_forced, c.config.reasoning_budget.budget > 0) << c.name;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dspark
