@@ -258,6 +258,13 @@ def an(server):
     return anthropic.Anthropic(base_url=server.url, api_key=KEY, max_retries=0)
 
 
+def stream_deltas(client, kwargs):
+    """The content_block_delta kinds of an Anthropic stream, and its final message."""
+    with client.messages.stream(**kwargs) as stream:
+        kinds = [e.delta.type for e in stream if e.type == "content_block_delta"]
+        return kinds, stream.get_final_message()
+
+
 def test_openai_thinking_on_and_off(server, scripted):
     _, chain, tokenizer = scripted
     reply = oa(server).chat.completions.create(model="m", messages=QUESTION, temperature=0)
@@ -294,12 +301,7 @@ def test_anthropic_thinking_on_and_off(server):
     assert [b.type for b in whole.content] == ["thinking", "text"]
     assert whole.content[0].thinking == REASONING
     assert whole.content[1].text == "Sure."
-    kinds = []
-    with client.messages.stream(**kwargs) as stream:
-        for event in stream:
-            if event.type == "content_block_delta":
-                kinds.append(event.delta.type)
-        final = stream.get_final_message()
+    kinds, final = stream_deltas(client, kwargs)
     assert "thinking_delta" in kinds and "text_delta" in kinds
     assert [b.type for b in final.content] == ["thinking", "text"]
     assert final.content[0].thinking == REASONING and final.content[1].text == "Sure."
@@ -409,12 +411,7 @@ def test_anthropic_tool_use(server, scripted):
     use = whole.content[1]
     assert use.name == "get_weather" and use.input == CALL_ARGUMENTS
     assert use.id.startswith("toolu_")
-    kinds = []
-    with client.messages.stream(**kwargs) as stream:
-        for event in stream:
-            if event.type == "content_block_delta":
-                kinds.append(event.delta.type)
-        final = stream.get_final_message()
+    kinds, final = stream_deltas(client, kwargs)
     assert "input_json_delta" in kinds and "thinking_delta" in kinds
     assert final.stop_reason == "tool_use"
     assert [b.type for b in final.content] == ["thinking", "tool_use"]

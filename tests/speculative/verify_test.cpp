@@ -77,6 +77,16 @@ bool same_state(const StateSnapshot& a, const StateSnapshot& b) {
 }
 
 // Plain greedy decoding, keeping the state snapshot after every forward (indexed by length).
+// The drafter kinds every lossless test runs: 0 always right (drafts `full`), 1 always wrong, 2
+// random, 3 lookup.
+std::unique_ptr<Drafter> make_drafter(int kind, const std::vector<int32_t>& full, int64_t vocab,
+                                      uint32_t seed, int cap) {
+  if (kind == 0) return std::make_unique<OracleDrafter>(full, false, vocab);
+  if (kind == 1) return std::make_unique<OracleDrafter>(full, true, vocab);
+  if (kind == 2) return std::make_unique<RandomDrafter>(vocab, seed);
+  return std::make_unique<LookupDrafter>(LookupParams{1, 2, cap, cap});
+}
+
 struct PlainRun {
   std::vector<int32_t> tokens;
   std::map<int64_t, StateSnapshot> states;
@@ -124,11 +134,8 @@ void check_lossless_greedy(const Model& model, const std::vector<std::vector<int
     full.insert(full.end(), plain.tokens.begin(), plain.tokens.end());
     for (int kind = 0; kind < 4; ++kind) {
       for (int cap : caps) {
-        std::unique_ptr<Drafter> drafter;
-        if (kind == 0) drafter = std::make_unique<OracleDrafter>(full, false, model.vocab_size());
-        if (kind == 1) drafter = std::make_unique<OracleDrafter>(full, true, model.vocab_size());
-        if (kind == 2) drafter = std::make_unique<RandomDrafter>(model.vocab_size(), 100 + cap);
-        if (kind == 3) drafter = std::make_unique<LookupDrafter>(LookupParams{1, 2, cap, cap});
+        std::unique_ptr<Drafter> drafter =
+            make_drafter(kind, full, model.vocab_size(), 100 + cap, cap);
         FixedCap fixed(cap);
         SpeculativeOptions options;
         options.after_round = [&](const ModelState& state) {
@@ -425,12 +432,9 @@ TEST(ReasoningBudgetDecoding, SpeculativeEqualsPlainWithTheBudget) {
       unbudgeted.insert(unbudgeted.end(), plain.tokens.begin(), plain.tokens.end());
       for (int kind = 0; kind < 5; ++kind) {
         for (int cap : {1, 2, 3, 5, 8}) {
-          std::unique_ptr<Drafter> drafter;
-          if (kind == 4) drafter = std::make_unique<OracleDrafter>(unbudgeted, false, vocab);
-          if (kind == 0) drafter = std::make_unique<OracleDrafter>(full, false, vocab);
-          if (kind == 1) drafter = std::make_unique<OracleDrafter>(full, true, vocab);
-          if (kind == 2) drafter = std::make_unique<RandomDrafter>(vocab, 200 + cap);
-          if (kind == 3) drafter = std::make_unique<LookupDrafter>(LookupParams{1, 2, cap, cap});
+          std::unique_ptr<Drafter> drafter =
+              kind == 4 ? std::make_unique<OracleDrafter>(unbudgeted, false, vocab)
+                        : make_drafter(kind, full, vocab, 200 + cap, cap);
           FixedCap fixed(cap);
           SpeculativeGenerator generator(*model, *drafter, fixed);
           ModelState state = model->new_state();
@@ -551,11 +555,7 @@ TEST(LosslessGreedy, PenaltiesAndLogitBiasEqualPlain) {
     full.insert(full.end(), plain.tokens.begin(), plain.tokens.end());
     for (int kind = 0; kind < 4; ++kind) {
       for (int cap : {1, 3, 6}) {
-        std::unique_ptr<Drafter> drafter;
-        if (kind == 0) drafter = std::make_unique<OracleDrafter>(full, false, vocab);
-        if (kind == 1) drafter = std::make_unique<OracleDrafter>(full, true, vocab);
-        if (kind == 2) drafter = std::make_unique<RandomDrafter>(vocab, 200 + cap);
-        if (kind == 3) drafter = std::make_unique<LookupDrafter>(LookupParams{1, 2, cap, cap});
+        std::unique_ptr<Drafter> drafter = make_drafter(kind, full, vocab, 200 + cap, cap);
         FixedCap fixed(cap);
         SpeculativeGenerator generator(*model, *drafter, fixed, {});
         ModelState state = model->new_state();
@@ -636,11 +636,7 @@ TEST(AnswerPrefixDecoding, SpeculativeEqualsPlainWithAForcedPrefix) {
     full.insert(full.end(), c.expected.begin(), c.expected.end());
     for (int kind = 0; kind < 4; ++kind) {
       for (int cap : {1, 3, 6}) {
-        std::unique_ptr<Drafter> drafter;
-        if (kind == 0) drafter = std::make_unique<OracleDrafter>(full, false, vocab);
-        if (kind == 1) drafter = std::make_unique<OracleDrafter>(full, true, vocab);
-        if (kind == 2) drafter = std::make_unique<RandomDrafter>(vocab, 300 + cap);
-        if (kind == 3) drafter = std::make_unique<LookupDrafter>(LookupParams{1, 2, cap, cap});
+        std::unique_ptr<Drafter> drafter = make_drafter(kind, full, vocab, 300 + cap, cap);
         FixedCap fixed(cap);
         SpeculativeGenerator generator(*model, *drafter, fixed);
         ModelState state = model->new_state();
