@@ -25,6 +25,7 @@
 
 #include "base/system_info.h"
 #include "base/thread_pool.h"
+#include "bench_models.h"
 #include "kernels/bandwidth.h"
 #include "kernels/ops.h"
 #include "model/model.h"
@@ -39,29 +40,11 @@ std::string checkpoint_dir() {
 }
 
 dspark::Model* synthetic_model(benchmark::State& state) {
-  static std::unique_ptr<dspark::Model> model;
-  static std::string error;
-  if (!model && error.empty()) {
-    if (!std::filesystem::exists(checkpoint_dir() + "/config.json")) {
-      error = "no checkpoint at " + checkpoint_dir() +
-              ": run scripts/make_synthetic_nano.py (or set DSPARK_SYNTHETIC_NANO)";
-    } else {
-      try {
-        model = dspark::load_model(checkpoint_dir());
-      } catch (const std::exception& e) {
-        error = e.what();
-      }
-    }
-  }
-  if (!model) state.SkipWithError(error.c_str());
-  return model.get();
+  return dspark::bench::cached_model(
+      state, checkpoint_dir(), "run scripts/make_synthetic_nano.py (or set DSPARK_SYNTHETIC_NANO)");
 }
 
-double read_bandwidth_gbs() {
-  static const double gbs =
-      dspark::kernels::measure_read_bandwidth_gbs(dspark::default_pool().num_threads());
-  return gbs;
-}
+using dspark::bench::read_bandwidth_gbs;
 
 // Per-token seconds and bytes, as measured and as scaled to Nano's 52 layers.
 struct Scaled {

@@ -26,6 +26,7 @@
 
 #include "base/system_info.h"
 #include "base/thread_pool.h"
+#include "bench_models.h"
 #include "formats/model_store.h"
 #include "kernels/bandwidth.h"
 #include "kernels/ops.h"
@@ -41,29 +42,11 @@ std::string checkpoint_dir() {
 }
 
 dspark::Model* default_model(benchmark::State& state) {
-  static std::unique_ptr<dspark::Model> model;
-  static std::string error;
-  if (!model && error.empty()) {
-    if (!std::filesystem::exists(checkpoint_dir() + "/config.json")) {
-      error = "no checkpoint at " + checkpoint_dir() +
-              ": run scripts/install_default_model.sh (or set DSPARK_VERIFY_MODEL)";
-    } else {
-      try {
-        model = dspark::load_model(checkpoint_dir());
-      } catch (const std::exception& e) {
-        error = e.what();
-      }
-    }
-  }
-  if (!model) state.SkipWithError(error.c_str());
-  return model.get();
+  return dspark::bench::cached_model(
+      state, checkpoint_dir(), "run scripts/install_default_model.sh (or set DSPARK_VERIFY_MODEL)");
 }
 
-double read_bandwidth_gbs() {
-  static const double gbs =
-      dspark::kernels::measure_read_bandwidth_gbs(dspark::default_pool().num_threads());
-  return gbs;
-}
+using dspark::bench::read_bandwidth_gbs;
 
 std::vector<int32_t> synthetic_tokens(int64_t n, int64_t vocab, int64_t seed) {
   std::vector<int32_t> tokens(n);

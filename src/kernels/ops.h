@@ -9,8 +9,11 @@
 // to one-token-at-a-time processing. The one deliberate exception is ssd_chunked (a different
 // summation order of the same recurrence, the form GPU kernels use); the CPU model scans token by
 // token, which measures faster here.
-// Results may differ between CPUs: attention has an AVX2+FMA build chosen at load time.
+// Attention gives the same bits on every ISA (scalar, AVX2, AVX-512; kernels/cpu/attention_impl.h
+// fixes its order).
 #include <cstdint>
+
+#include "kernels/quant.h"
 
 namespace dspark::kernels {
 
@@ -43,10 +46,15 @@ void rope(float* x, int64_t rows, int64_t heads, int64_t head_dim, int64_t first
 // [positions, kv_heads, head_dim] holding at least past + rows positions. Query row r sits at
 // position past + r and attends keys [0, past + r]; q head h reads kv head h / (q_heads /
 // kv_heads). Scores are scaled, softmaxed and accumulated in fp32. out: [rows, q_heads,
-// head_dim].
+// head_dim]. Each output row depends only on its own query and keys: not on `rows`, the thread
+// count or the ISA.
 void causal_attention(const float* q, int64_t rows, int64_t q_heads, int64_t kv_heads,
                       int64_t head_dim, const float* keys, const float* values, int64_t past,
                       float scale, float* out);
+// The same with the kernels of one ISA; refuses one this CPU lacks.
+void causal_attention_isa(Isa isa, const float* q, int64_t rows, int64_t q_heads, int64_t kv_heads,
+                          int64_t head_dim, const float* keys, const float* values, int64_t past,
+                          float scale, float* out);
 
 // Causal depthwise convolution with carried state (nemotron_h.md §3.3). window: [kernel - 1,
 // channels], the raw inputs of the previous kernel - 1 tokens, oldest first. input: [rows,

@@ -1,15 +1,8 @@
 // AVX-512 (F, BW, VL, DQ) kernels: one zmm register holds the 16 canonical lanes.
-//
-// GCC 12's AVX-512 headers initialise "undefined" vectors from themselves, which -Wuninitialized
-// flags inside the headers (GCC bug 105593).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
 
 #include <cstring>
 
+#include "kernels/cpu/avx512/intrinsics.h"
 #include "kernels/cpu/quant_impl.h"
 #include "kernels/cpu/quant_tiles.h"
 

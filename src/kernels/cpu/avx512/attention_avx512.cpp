@@ -1,0 +1,166 @@
+// The attention block with AVX-512: 16 keys' dot products at a time, one register of 16 lanes
+// per key, reduced together by a transposing reduce16 tree.
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu/attention_impl.h"
+#include "kernels/cpu/avx512/intrinsics.h"
+
+namespace dspark::kernels::cpu {
+namespace {
+
+// reduce16 of a[i] for 16 keys at once; lane i of the result is key i.
+inline __m512 reduce16_keys(__m512 (&a)[16]) {
+  __m512 b[8], c[4], d[2];
+  for (int p = 0; p < 8; ++p) {
+    b[p] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+  for (int p = 0; p < 4; ++p) {
+    c[p] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * p], b[2 * p + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(b[2 * p], b[2 * p + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+  }
+  for (int p = 0; p < 2; ++p) {
+    const __m512d x = _mm512_castps_pd(c[2 * p]), y = _mm512_castps_pd(c[2 * p + 1]);
+    d[p] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
+                         _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+  }
+  // Lane 4k + m now holds key k + 4m.
+  const __m512 e = _mm512_add_ps(_mm512_shuffle_ps(d[0], d[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm512_shuffle_ps(d[0], d[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  return _mm512_permutexvar_ps(order, e);
+}
+
+inline float reduce16_lanes(__m512 a) {
+  const __m256 b = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
+  const __m128 c = _mm_add_ps(_mm256_castps256_ps128(b), _mm256_extractf128_ps(b, 1));
+  const __m128 d = _mm_add_ps(c, _mm_movehl_ps(c, c));
+  return _mm_cvtss_f32(_mm_add_ss(d, _mm_movehdup_ps(d)));
+}
+
+inline __m512 exp_block16(__m512 x) {
+  using namespace exp_block_constants;
+  const __m512 clamped = _mm512_max_ps(x, _mm512_set1_ps(kFloor));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(clamped, _mm512_set1_ps(kLog2e)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-kLn2High), clamped);
+  r = _mm512_fmadd_ps(n, _mm512_set1_ps(-kLn2Low), r);
+  __m512 p = _mm512_set1_ps(kP0);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP1));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP2));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP3));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP4));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP5));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r);
+  p = _mm512_add_ps(p, _mm512_set1_ps(1.0f));
+  const __m512i exponent =
+      _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  const __m512 result = _mm512_mul_ps(p, _mm512_castsi512_ps(exponent));
+  const __mmask16 below = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kFloor), _CMP_LT_OQ);
+  return _mm512_maskz_mov_ps(static_cast<__mmask16>(~below), result);
+}
+
+// Scores of every head of the group, a tile of 16 keys at a time (the tile stays in L1 while
+// each head reads it); keys past the block's end score -inf.
+void block_scores(const AttentionBlock& block) {
+  const int64_t dim = block.head_dim, count = block.count;
+  const __m512 scale = _mm512_set1_ps(block.scale), minus_infinity = _mm512_set1_ps(-INFINITY);
+  for (int64_t first = 0; first < count; first += 16) {
+    const float* key[16];
+    for (int i = 0; i < 16; ++i) {
+      key[i] = block.keys + std::min(first + i, count - 1) * block.kv_stride;
+    }
+    const __mmask16 valid =
+        static_cast<__mmask16>(count - first >= 16 ? 0xffff : (1u << (count - first)) - 1);
+    for (int64_t g = 0; g < block.group; ++g) {
+      const float* q = block.q + g * dim;
+      __m512 acc[16];
+      for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
+      for (int64_t d = 0; d < dim; d += 16) {
+        const __m512 qv = _mm512_loadu_ps(q + d);
+        for (int i = 0; i < 16; ++i) {
+          acc[i] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(key[i] + d), acc[i]);
+        }
+      }
+      _mm512_storeu_ps(block.scores + g * kAttentionKeyBlock + first,
+                       _mm512_mask_mul_ps(minus_infinity, valid, reduce16_keys(acc), scale));
+    }
+  }
+}
+
+// acc[g][c] for NG heads and NC 16-float chunks starting at d0.
+template <int NG, int NC>
+void accumulate_values(const AttentionBlock& block, int64_t g0, int64_t d0) {
+  __m512 acc[NG][NC];
+  for (int g = 0; g < NG; ++g) {
+    for (int c = 0; c < NC; ++c) acc[g][c] = _mm512_setzero_ps();
+  }
+  const float* p = block.scores + g0 * kAttentionKeyBlock;
+  for (int64_t j = 0; j < block.count; ++j) {
+    const float* value = block.values + j * block.kv_stride + d0;
+    __m512 v[NC];
+    for (int c = 0; c < NC; ++c) v[c] = _mm512_loadu_ps(value + 16 * c);
+    for (int g = 0; g < NG; ++g) {
+      const __m512 w = _mm512_set1_ps(p[g * kAttentionKeyBlock + j]);
+      for (int c = 0; c < NC; ++c) acc[g][c] = _mm512_fmadd_ps(w, v[c], acc[g][c]);
+    }
+  }
+  for (int g = 0; g < NG; ++g) {
+    float* out = block.partial + (g0 + g) * (2 + block.head_dim) + 2 + d0;
+    for (int c = 0; c < NC; ++c) _mm512_storeu_ps(out + 16 * c, acc[g][c]);
+  }
+}
+
+template <int NG>
+void accumulate_heads(const AttentionBlock& block, int64_t g0) {
+  const int64_t chunks = block.head_dim / 16;
+  int64_t c = 0;
+  for (; c + 4 <= chunks; c += 4) accumulate_values<NG, 4>(block, g0, 16 * c);
+  switch (chunks - c) {
+    case 3:
+      return accumulate_values<NG, 3>(block, g0, 16 * c);
+    case 2:
+      return accumulate_values<NG, 2>(block, g0, 16 * c);
+    case 1:
+      return accumulate_values<NG, 1>(block, g0, 16 * c);
+  }
+}
+
+}  // namespace
+
+void attend_block_avx512(const AttentionBlock& block) {
+  const int64_t dim = block.head_dim;
+  if (dim % 16 != 0) return attend_block_ref(block);
+  const int64_t padded = (block.count + 15) / 16 * 16;
+  block_scores(block);
+  for (int64_t g = 0; g < block.group; ++g) {
+    float* scores = block.scores + g * kAttentionKeyBlock;
+    __m512 peak = _mm512_set1_ps(-INFINITY);
+    for (int64_t j = 0; j < padded; j += 16)
+      peak = _mm512_max_ps(peak, _mm512_loadu_ps(scores + j));
+    const __m512 peak_all = _mm512_set1_ps(_mm512_reduce_max_ps(peak));
+    __m512 sum = _mm512_setzero_ps();
+    for (int64_t j = 0; j < padded; j += 16) {
+      const __m512 e = exp_block16(_mm512_sub_ps(_mm512_loadu_ps(scores + j), peak_all));
+      _mm512_storeu_ps(scores + j, e);
+      sum = _mm512_add_ps(sum, e);
+    }
+    float* partial = block.partial + g * (2 + dim);
+    partial[0] = _mm512_cvtss_f32(peak_all);
+    partial[1] = reduce16_lanes(sum);
+  }
+  int64_t g = 0;
+  for (; g + 4 <= block.group; g += 4) accumulate_heads<4>(block, g);
+  switch (block.group - g) {
+    case 3:
+      return accumulate_heads<3>(block, g);
+    case 2:
+      return accumulate_heads<2>(block, g);
+    case 1:
+      return accumulate_heads<1>(block, g);
+  }
+}
+
+}  // namespace dspark::kernels::cpu

@@ -1,0 +1,8 @@
+#pragma once
+// <immintrin.h> for the AVX-512 kernels. GCC 12's AVX-512 headers initialise "undefined" vectors
+// from themselves, which -Wuninitialized flags inside the headers (GCC bug 105593).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop

@@ -1,0 +1,39 @@
+// The reference attention block: the order of kernels/cpu/attention_impl.h, one value at a time.
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu/attention_impl.h"
+
+namespace dspark::kernels::cpu {
+
+void attend_block_ref(const AttentionBlock& block) {
+  const int64_t dim = block.head_dim, count = block.count;
+  for (int64_t g = 0; g < block.group; ++g) {
+    const float* q = block.q + g * dim;
+    float* scores = block.scores + g * kAttentionKeyBlock;
+    for (int64_t j = 0; j < count; ++j) {
+      const float* key = block.keys + j * block.kv_stride;
+      float lanes[16] = {};
+      for (int64_t d = 0; d < dim; ++d) lanes[d % 16] = std::fma(q[d], key[d], lanes[d % 16]);
+      scores[j] = reduce16(lanes) * block.scale;
+    }
+    float peak = -INFINITY;
+    for (int64_t j = 0; j < count; ++j) peak = std::max(peak, scores[j]);
+    float lanes[16] = {};
+    for (int64_t j = 0; j < count; ++j) {
+      scores[j] = exp_block(scores[j] - peak);
+      lanes[j % 16] += scores[j];
+    }
+    float* partial = block.partial + g * (2 + dim);
+    partial[0] = peak;
+    partial[1] = reduce16(lanes);
+    float* acc = partial + 2;
+    std::fill_n(acc, dim, 0.0f);
+    for (int64_t j = 0; j < count; ++j) {
+      const float* value = block.values + j * block.kv_stride;
+      for (int64_t d = 0; d < dim; ++d) acc[d] = std::fma(scores[j], value[d], acc[d]);
+    }
+  }
+}
+
+}  // namespace dspark::kernels::cpu

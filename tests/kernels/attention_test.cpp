@@ -1,0 +1,193 @@
+// causal_attention: every ISA equals the scalar reference bit for bit, each row is independent of
+// the rows beside it in the call and of the thread count, and the result is attention (checked
+// against a double-precision softmax).
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "base/system_info.h"
+#include "base/thread_pool.h"
+#include "kernels/cpu/attention_impl.h"
+#include "kernels/ops.h"
+#include "kernels/quant.h"
+
+namespace dspark::kernels {
+namespace {
+
+struct Shape {
+  int64_t q_heads;
+  int64_t kv_heads;
+  int64_t head_dim;
+};
+
+struct Cache {
+  Shape shape;
+  std::vector<float> q, keys, values;
+  float scale;
+
+  // `rows` query rows over a cache of `positions` positions.
+  Cache(Shape s, int64_t rows, int64_t positions, uint32_t seed) : shape(s) {
+    std::mt19937 rng(seed);
+    // Spread the scores so the softmax is neither flat nor one-hot.
+    std::normal_distribution<float> normal(0.0f, 1.5f);
+    auto fill = [&](std::vector<float>& v, int64_t n) {
+      v.resize(n);
+      for (float& x : v) x = normal(rng);
+    };
+    fill(q, rows * s.q_heads * s.head_dim);
+    fill(keys, positions * s.kv_heads * s.head_dim);
+    fill(values, positions * s.kv_heads * s.head_dim);
+    scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  }
+
+  std::vector<float> attend(Isa isa, int64_t first_row, int64_t rows, int64_t past) const {
+    std::vector<float> out(rows * shape.q_heads * shape.head_dim);
+    causal_attention_isa(isa, q.data() + first_row * shape.q_heads * shape.head_dim, rows,
+                         shape.q_heads, shape.kv_heads, shape.head_dim, keys.data(), values.data(),
+                         past, scale, out.data());
+    return out;
+  }
+};
+
+bool supported(Isa isa) {
+  const CpuFeatures& cpu = cpu_features();
+  switch (isa) {
+    case Isa::avx512:
+      return cpu.avx512f && cpu.avx512dq && cpu.fma;
+    case Isa::avx2:
+      return cpu.avx2 && cpu.fma;
+    case Isa::scalar:
+      break;
+  }
+  return true;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Shapes: 1-8 query heads per KV head, head_dim 64 and 128, plus sizes the SIMD kernels leave to
+// the reference (40) or take in odd multiples of 16 (80).
+const Shape kShapes[] = {{3, 3, 64},  {6, 3, 64},   {9, 3, 64}, {4, 1, 128}, {10, 2, 128},
+                         {12, 2, 64}, {16, 2, 128}, {8, 1, 64}, {2, 2, 40},  {6, 2, 80}};
+
+TEST(CausalAttention, EveryIsaEqualsTheReferenceAtContexts1To300) {
+  for (const Shape& shape : kShapes) {
+    // A prefill of 300 rows from position 0: row r sees r + 1 keys.
+    const Cache cache(shape, 300, 300, 7);
+    const std::vector<float> reference = cache.attend(Isa::scalar, 0, 300, 0);
+    for (Isa isa : {Isa::avx2, Isa::avx512}) {
+      if (!supported(isa)) continue;
+      EXPECT_TRUE(same_bits(cache.attend(isa, 0, 300, 0), reference))
+          << isa_name(isa) << " q_heads " << shape.q_heads << " kv_heads " << shape.kv_heads
+          << " head_dim " << shape.head_dim;
+    }
+  }
+}
+
+TEST(CausalAttention, EveryIsaEqualsTheReferenceAtLongContexts) {
+  for (const Shape& shape : {Shape{9, 3, 64}, Shape{5, 1, 128}, Shape{16, 2, 128}}) {
+    // Rows at contexts 2047..2049 and 4095..4097 straddle key-block boundaries.
+    for (int64_t past : {2046, 4094}) {
+      const Cache cache(shape, 3, past + 3, 11);
+      const std::vector<float> reference = cache.attend(Isa::scalar, 0, 3, past);
+      for (Isa isa : {Isa::avx2, Isa::avx512}) {
+        if (!supported(isa)) continue;
+        EXPECT_TRUE(same_bits(cache.attend(isa, 0, 3, past), reference))
+            << isa_name(isa) << " past " << past << " q_heads " << shape.q_heads;
+      }
+    }
+  }
+}
+
+TEST(CausalAttention, RowsDoNotDependOnTheBatchOrTheThreadCount) {
+  const int64_t past = 517, rows = 37;
+  for (const Shape& shape : {Shape{9, 3, 64}, Shape{7, 1, 128}, Shape{4, 4, 64}}) {
+    const Cache cache(shape, rows, past + rows, 3);
+    const int64_t row_size = shape.q_heads * shape.head_dim;
+    for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) {
+      if (!supported(isa)) continue;
+      set_default_threads(2);
+      const std::vector<float> batch = cache.attend(isa, 0, rows, past);
+      for (int threads : {1, 3}) {
+        set_default_threads(threads);
+        EXPECT_TRUE(same_bits(cache.attend(isa, 0, rows, past), batch))
+            << isa_name(isa) << " threads " << threads;
+      }
+      set_default_threads(2);
+      // Row r alone, and rows [r, r + 5) as a smaller batch, at the same positions.
+      for (int64_t r = 0; r < rows; r += 6) {
+        const std::vector<float> alone = cache.attend(isa, r, 1, past + r);
+        EXPECT_TRUE(same_bits(alone, std::vector<float>(batch.begin() + r * row_size,
+                                                        batch.begin() + (r + 1) * row_size)))
+            << isa_name(isa) << " row " << r;
+        const int64_t width = std::min<int64_t>(5, rows - r);
+        const std::vector<float> part = cache.attend(isa, r, width, past + r);
+        EXPECT_TRUE(same_bits(part, std::vector<float>(batch.begin() + r * row_size,
+                                                       batch.begin() + (r + width) * row_size)))
+            << isa_name(isa) << " rows from " << r;
+      }
+    }
+  }
+}
+
+TEST(CausalAttention, MatchesADoublePrecisionSoftmax) {
+  const Shape shape{6, 2, 64};
+  const int64_t past = 700, rows = 2;
+  const Cache cache(shape, rows, past + rows, 5);
+  const int64_t dim = shape.head_dim, group = shape.q_heads / shape.kv_heads;
+  const std::vector<float> out = cache.attend(Isa::scalar, 0, rows, past);
+  double worst = 0.0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t n_keys = past + r + 1;
+    for (int64_t h = 0; h < shape.q_heads; ++h) {
+      const float* q = cache.q.data() + (r * shape.q_heads + h) * dim;
+      const int64_t kv = h / group;
+      std::vector<double> weights(n_keys);
+      double peak = -INFINITY, sum = 0.0;
+      for (int64_t j = 0; j < n_keys; ++j) {
+        const float* key = cache.keys.data() + (j * shape.kv_heads + kv) * dim;
+        double dot = 0.0;
+        for (int64_t d = 0; d < dim; ++d) dot += static_cast<double>(q[d]) * key[d];
+        weights[j] = dot * cache.scale;
+        peak = std::max(peak, weights[j]);
+      }
+      for (double& w : weights) sum += w = std::exp(w - peak);
+      for (int64_t d = 0; d < dim; ++d) {
+        double expected = 0.0;
+        for (int64_t j = 0; j < n_keys; ++j) {
+          expected += weights[j] * cache.values[(j * shape.kv_heads + kv) * dim + d];
+        }
+        expected /= sum;
+        worst = std::max(worst, std::abs(out[(r * shape.q_heads + h) * dim + d] - expected));
+      }
+    }
+  }
+  EXPECT_LT(worst, 2e-5);
+}
+
+TEST(CausalAttention, SoftmaxExponentIsWithinOneUlpOfExp) {
+  double worst_ulps = 0.0;
+  // Negative floats ordered by magnitude are consecutive bit patterns; a step of 4093 patterns
+  // samples every exponent with varied mantissas.
+  const uint32_t last = std::bit_cast<uint32_t>(-87.0f);
+  for (uint32_t bits = std::bit_cast<uint32_t>(-0.0f); bits <= last; bits += 4093) {
+    const float x = std::bit_cast<float>(bits);
+    const double exact = std::exp(static_cast<double>(x));
+    const float rounded = static_cast<float>(exact);
+    const double ulp = std::nextafter(rounded, INFINITY) - rounded;
+    worst_ulps = std::max(worst_ulps, std::abs(cpu::exp_block(x) - exact) / ulp);
+  }
+  EXPECT_LT(worst_ulps, 1.1);
+  EXPECT_EQ(cpu::exp_block(0.0f), 1.0f);
+  EXPECT_EQ(cpu::exp_block(-88.0f), 0.0f);
+  EXPECT_EQ(cpu::exp_block(-INFINITY), 0.0f);
+}
+
+}  // namespace
+}  // namespace dspark::kernels
