@@ -263,6 +263,10 @@ ChatRequest parse_messages(const Json& body, bool count_only) {
   if (body.contains("tool_choice") && !body["tool_choice"].is_null()) {
     const Json& choice = body["tool_choice"];
     const std::string type = choice.is_object() ? choice.value("type", "") : "";
+    if (choice.is_object() && choice.contains("disable_parallel_tool_use")) {
+      request.parallel_tool_calls =
+          !json_bool(choice["disable_parallel_tool_use"], "tool_choice.disable_parallel_tool_use");
+    }
     if (type == "tool") {
       apply_tool_choice(request, json_string(choice.value("name", Json()), "tool_choice.name"),
                         true);

@@ -31,6 +31,7 @@ void Job::push(std::vector<OutputEvent> events) {
   if (events.empty()) return;
   std::lock_guard lock(mutex_);
   for (auto& event : events) {
+    if (!delivers_event(request, event)) continue;
     if (event.kind == OutputEvent::Kind::kToolCallStart) saw_tool_call_ = true;
     events_.push_back(std::move(event));
   }

@@ -374,6 +374,9 @@ ChatRequest parse_chat(const Json& body) {
       request.tools = OrderedJson(body["tools"]);
     }
   }
+  if (body.contains("parallel_tool_calls") && !body["parallel_tool_calls"].is_null()) {
+    request.parallel_tool_calls = json_bool(body["parallel_tool_calls"], "parallel_tool_calls");
+  }
   if (body.contains("tool_choice") && !body["tool_choice"].is_null()) {
     const Json& choice = body["tool_choice"];
     if (choice.is_string()) {

@@ -168,6 +168,13 @@ ReasoningBudgetConfig resolve_reasoning_budget(const ChatRequest& request, int64
                                syntax->start, syntax->end, starts_in_reasoning, eos_ids);
 }
 
+bool delivers_event(const ChatRequest& request, const OutputEvent& event) {
+  const bool call = event.kind == OutputEvent::Kind::kToolCallStart ||
+                    event.kind == OutputEvent::Kind::kToolCallArguments ||
+                    event.kind == OutputEvent::Kind::kToolCallEnd;
+  return request.parallel_tool_calls || !call || event.index == 0;
+}
+
 std::string random_id(const std::string& prefix) {
   thread_local std::mt19937_64 engine(std::random_device{}());
   return prefix + fmt::format("{:016x}{:08x}", engine(), static_cast<uint32_t>(engine()));

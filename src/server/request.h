@@ -12,6 +12,7 @@
 #include "engine/reasoning_budget.h"
 #include "engine/sampler.h"
 #include "text/reasoning_parser.h"
+#include "text/tool_call_parser.h"
 
 namespace dspark::server {
 
@@ -72,6 +73,9 @@ struct ChatRequest {
   // "required" (empty name) or a named function: the opening of a call is forced where the answer
   // starts (engine/forced_tokens.h); the model writes the rest.
   std::optional<std::string> forced_tool_call;
+  // OpenAI parallel_tool_calls / Anthropic disable_parallel_tool_use: false keeps only the first
+  // call the model writes.
+  bool parallel_tool_calls = true;
   nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();
   // enable_thinking as the request decided it (kwargs > effort / thinking.type); nullopt = server
   // default.
@@ -136,6 +140,9 @@ ReasoningBudgetConfig resolve_reasoning_budget(const ChatRequest& request, int64
                                                bool starts_in_reasoning, const Tokenizer& tokenizer,
                                                const std::vector<int32_t>& eos_ids);
 
+// Whether an output event reaches the client: with parallel_tool_calls off, the events of every
+// call after the first are dropped.
+bool delivers_event(const ChatRequest& request, const OutputEvent& event);
 // "prefix" + 24 random hex digits.
 std::string random_id(const std::string& prefix);
 

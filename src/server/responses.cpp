@@ -203,6 +203,9 @@ ChatRequest parse(const Json& body) {
     }
     if (!tools.empty()) request.tools = tools;
   }
+  if (body.contains("parallel_tool_calls") && !body["parallel_tool_calls"].is_null()) {
+    request.parallel_tool_calls = json_bool(body["parallel_tool_calls"], "parallel_tool_calls");
+  }
   if (body.contains("tool_choice") && !body["tool_choice"].is_null()) {
     const Json& choice = body["tool_choice"];
     if (choice.is_string()) {

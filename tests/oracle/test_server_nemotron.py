@@ -446,6 +446,10 @@ def test_tool_choice(server, scripted):
     assert named.usage.prompt_tokens == len(
         tokenizer.encode(render(QUESTION, [WEATHER_TOOL]), add_special_tokens=False).ids)
     assert json.loads(named.choices[0].message.tool_calls[0].function.arguments) == CALL_ARGUMENTS
+    single = client.chat.completions.create(model="m", messages=QUESTION, tools=[WEATHER_TOOL],
+                                            temperature=0, parallel_tool_calls=False)
+    assert len(single.choices[0].message.tool_calls) == 1
+    assert single.choices[0].finish_reason == "tool_calls"
     # "none" renders the tools but parses no call: the model's text comes back as content.
     none = client.chat.completions.create(model="m", messages=QUESTION, tools=[WEATHER_TOOL],
                                           temperature=0, tool_choice="none")

@@ -125,6 +125,32 @@ TEST(AnthropicParse, ConvertsBlocksToolResultsAndThinking) {
   EXPECT_EQ(request.stop, std::vector<std::string>{"###"});
 }
 
+TEST(ToolChoice, ParallelCallsOffKeepsOnlyTheFirstCall) {
+  const Json tools = Json::parse(R"([{"type": "function", "function": {"name": "f"}}])");
+  ChatRequest request =
+      openai::parse_chat({{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"tools", tools}});
+  const OutputEvent first{OutputEvent::Kind::kToolCallStart, "f", 0};
+  const OutputEvent second{OutputEvent::Kind::kToolCallArguments, "{}", 1};
+  const OutputEvent text{OutputEvent::Kind::kContent, "hi", 1};
+  EXPECT_TRUE(delivers_event(request, second));
+  request = openai::parse_chat({{"messages", {{{"role", "user"}, {"content", "x"}}}},
+                                {"tools", tools},
+                                {"parallel_tool_calls", false}});
+  EXPECT_TRUE(delivers_event(request, first));
+  EXPECT_FALSE(delivers_event(request, second));
+  EXPECT_TRUE(delivers_event(request, text));
+  const ChatRequest anthropic_request = anthropic::parse_messages(Json::parse(R"({
+    "max_tokens": 5, "messages": [{"role": "user", "content": "x"}],
+    "tools": [{"name": "f", "input_schema": {"type": "object"}}],
+    "tool_choice": {"type": "auto", "disable_parallel_tool_use": true}})"));
+  EXPECT_FALSE(anthropic_request.parallel_tool_calls);
+  EXPECT_EQ(status_of([&] {
+              openai::parse_chat({{"messages", {{{"role", "user"}, {"content", "x"}}}},
+                                  {"parallel_tool_calls", "no"}});
+            }),
+            400);
+}
+
 TEST(ErrorBodies, FollowEachDialect) {
   const Json openai_body =
       error_body(Dialect::openai, ApiError(400, "bad", "context_length_exceeded", "messages"));
