@@ -45,6 +45,16 @@ void check_prompt(const Model& model, const std::vector<int32_t>& prompt, const 
   }
 }
 
+std::optional<FinishReason> finish_after(const GenerationConfig& config, int32_t id,
+                                         bool keep_going, int64_t generated) {
+  if (std::find(config.eos_ids.begin(), config.eos_ids.end(), id) != config.eos_ids.end()) {
+    return FinishReason::eos;
+  }
+  if (!keep_going) return FinishReason::stop;
+  if (generated >= config.max_tokens) return FinishReason::length;
+  return std::nullopt;
+}
+
 int64_t tokens_left(const GenerationConfig& config, const Model& model, int64_t prompt_tokens,
                     int64_t generated_tokens) {
   return std::min(config.max_tokens - generated_tokens,
@@ -87,14 +97,8 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt, ModelSt
     ++result.stats.generated_tokens;
     const bool keep_going = on_token(token);
     forcing.on_token(token.id);
-    if (std::find(config.eos_ids.begin(), config.eos_ids.end(), token.id) != config.eos_ids.end()) {
-      result.finish_reason = FinishReason::eos;
-      finished = true;
-    } else if (!keep_going) {
-      result.finish_reason = FinishReason::stop;
-      finished = true;
-    } else if (result.stats.generated_tokens >= config.max_tokens) {
-      result.finish_reason = FinishReason::length;
+    if (auto reason = finish_after(config, token.id, keep_going, result.stats.generated_tokens)) {
+      result.finish_reason = *reason;
       finished = true;
     }
   };

@@ -5,6 +5,7 @@
 // committed and may end the generation there.
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,12 @@ using TokenCallback = std::function<bool(const CommittedToken&)>;
 // Throws unless the prompt is non-empty, inside the vocabulary, and has at least one token more
 // than `state` already holds.
 void check_prompt(const Model& model, const std::vector<int32_t>& prompt, const ModelState& state);
+
+// Why a generation ends at the token it just committed (the `generated`-th), if it does: an
+// end-of-sequence id, the caller's callback saying stop, or max_tokens. Plain and speculative
+// decoding decide it here alike.
+std::optional<FinishReason> finish_after(const GenerationConfig& config, int32_t id,
+                                         bool keep_going, int64_t generated);
 
 // How many more tokens a generation may commit under max_tokens and the context; plain and
 // speculative decoding hand the same figure to the reasoning budget.

@@ -59,10 +59,6 @@ struct RowChoice {
   bool accepted_draft = false;
 };
 
-bool is_eos(const GenerationConfig& config, int32_t id) {
-  return std::find(config.eos_ids.begin(), config.eos_ids.end(), id) != config.eos_ids.end();
-}
-
 }  // namespace
 
 GenerationResult SpeculativeGenerator::generate(const std::vector<int32_t>& prompt,
@@ -112,14 +108,8 @@ GenerationResult SpeculativeGenerator::generate(const std::vector<int32_t>& prom
     ++result.stats.generated_tokens;
     const bool keep_going = on_token(token);
     forcing.on_token(id);
-    if (is_eos(config, id)) {
-      result.finish_reason = FinishReason::eos;
-      finished = true;
-    } else if (!keep_going) {
-      result.finish_reason = FinishReason::stop;
-      finished = true;
-    } else if (result.stats.generated_tokens >= config.max_tokens) {
-      result.finish_reason = FinishReason::length;
+    if (auto reason = finish_after(config, id, keep_going, result.stats.generated_tokens)) {
+      result.finish_reason = *reason;
       finished = true;
     }
     if (!finished) {
