@@ -1,5 +1,7 @@
 #include "base/thread_pool.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
@@ -77,9 +79,13 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
       std::this_thread::yield();
     }
   }
-  // No worker may still hold the job (it lives on this stack) once we return.
-  job_.store(nullptr, std::memory_order_release);
-  while (active_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  // No worker may still hold the job (it lives on this stack) once we return. This store and
+  // the load of active_ pair with the worker's increment of active_ and its load of job_: with
+  // release/acquire alone each side may read the other's old value (x86 lets a load pass an
+  // earlier store), so a worker waking late could take this job after we returned. seq_cst
+  // forbids that outcome.
+  job_.store(nullptr, std::memory_order_seq_cst);
+  while (active_.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
 }
 
 void ThreadPool::worker_loop(int index) {
@@ -102,8 +108,8 @@ void ThreadPool::worker_loop(int index) {
     }
     seen = current;
     if (stopping_.load(std::memory_order_acquire)) return;
-    active_.fetch_add(1, std::memory_order_acq_rel);
-    if (Job* job = job_.load(std::memory_order_acquire)) work_on(*job, index);
+    active_.fetch_add(1, std::memory_order_seq_cst);
+    if (Job* job = job_.load(std::memory_order_seq_cst)) work_on(*job, index);
     active_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
@@ -117,6 +123,10 @@ int threads_from_environment() {
     int parsed = std::atoi(value);
     if (parsed > 0) return parsed;
   }
+  // The CPUs this process may run on, not all online ones: in a container or under taskset the
+  // two differ, and spinning workers on CPUs we cannot use only steal time from each other.
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0) return std::max(1, CPU_COUNT(&allowed));
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 }  // namespace

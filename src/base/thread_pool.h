@@ -57,8 +57,8 @@ class ThreadPool {
   std::atomic<bool> stopping_{false};
 };
 
-// The process-wide pool used by kernels. Its size defaults to the number of online CPUs and can be
-// set (before first use, or again later) with set_default_threads or DSPARK_THREADS.
+// The process-wide pool used by kernels. Its size defaults to the CPUs this process may run on and
+// can be set (before first use, or again later) with set_default_threads or DSPARK_THREADS.
 ThreadPool& default_pool();
 void set_default_threads(int num_threads);
 
