@@ -5,12 +5,16 @@
 
 #include <iostream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "base/file_io.h"
 #include "base/system_info.h"
 #include "base/thread_pool.h"
 #include "cli/commands.h"
 #include "cli/decode_flags.h"
+#include "constrain/grammar.h"
+#include "constrain/token_constraint.h"
 #include "engine/generator.h"
 #include "engine/model_bundle.h"
 #include "engine/stop_strings.h"
@@ -44,8 +48,28 @@ struct GenerateOptions {
   bool ignore_eos = false;
   int64_t reasoning_budget = 0;
   std::string reasoning_budget_message;
+  bool json_object = false;
+  std::string json_schema;  // a file path or inline JSON
   DecodeFlags decode;
 };
+
+// --json / --json-schema: the grammar the answer must follow, or none.
+std::shared_ptr<const constrain::Grammar> answer_grammar(const GenerateOptions& options) {
+  if (options.json_schema.empty()) {
+    return options.json_object ? constrain::json_object_grammar() : nullptr;
+  }
+  const bool inline_json =
+      options.json_schema.find_first_of("{[") == 0 || options.json_schema == "true";
+  const std::string text = inline_json ? options.json_schema : read_file(options.json_schema);
+  nlohmann::ordered_json schema;  // in order: properties come out as the schema lists them
+  try {
+    schema = nlohmann::ordered_json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    fail("--json-schema: {} is not valid JSON: {}",
+         inline_json ? "the schema" : options.json_schema, e.what());
+  }
+  return constrain::json_schema_grammar(schema);
+}
 
 std::vector<int32_t> build_prompt(const ModelBundle& bundle, const GenerateOptions& options) {
   if (options.no_chat_template || bundle.chat_template.empty()) {
@@ -113,6 +137,13 @@ void run_generate(const GenerateOptions& options) {
       options.reasoning_budget_message, bundle->eos_ids);
   if (options.reasoning_budget > 0 && !config.reasoning_budget.enabled())
     fmt::print(stderr, "--reasoning-budget ignored: the chat template has no thinking markers\n");
+  if (auto grammar = answer_grammar(options)) {
+    config.answer_constraint = answer_constraint_for_prompt(
+        constrain::TokenConstraint(std::move(grammar),
+                                   constrain::TokenVocabulary::from_tokenizer(*bundle->tokenizer),
+                                   config.eos_ids),
+        *bundle->tokenizer, bundle->chat_template, prompt);
+  }
 
   StreamingDetokenizer detokenizer(*bundle->tokenizer, /*skip_special_tokens=*/true);
   StopStringMatcher stops(options.stop);
@@ -185,6 +216,10 @@ void add_generate_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   command->add_option("--reasoning-budget-message", options->reasoning_budget_message,
                       "Text injected before the forced </think> (default: none)");
+  command->add_flag("--json", options->json_object,
+                    "Constrain the answer to a JSON object (response_format json_object)");
+  command->add_option("--json-schema", options->json_schema,
+                      "Constrain the answer to JSON following this JSON Schema (a file or inline)");
   command->add_flag("--ignore-eos", options->ignore_eos,
                     "Keep generating past end-of-sequence tokens (for benchmarks)");
   add_decode_flags(*command, options->decode);

@@ -14,6 +14,24 @@
 
 namespace dspark {
 
+// Watches committed tokens for the closer of a thinking block the prompt left open: the answer
+// starts after it. Markers are found in the text, so a closer spelled in several tokens counts.
+class AnswerStartWatch {
+ public:
+  // With `starts_in_reasoning` false the answer starts at once.
+  AnswerStartWatch(bool starts_in_reasoning, std::string closer,
+                   std::function<std::string(int32_t)> token_text);
+  // Feeds one committed token.
+  void on_token(int32_t id);
+  bool answer_started() const { return started_; }
+
+ private:
+  bool started_;
+  std::string closer_;
+  std::function<std::string(int32_t)> token_text_;
+  std::string tail_;  // output text that may still hold the closer
+};
+
 struct AnswerPrefixConfig {
   std::vector<int32_t> ids;          // empty = off
   bool starts_in_reasoning = false;  // wait for `closer` before forcing
@@ -36,7 +54,7 @@ class AnswerPrefix {
   enum class Phase { waiting_for_closer, ready, done };
   AnswerPrefixConfig config_;
   Phase phase_;
-  std::string tail_;  // output text that may still hold the closer
+  AnswerStartWatch start_;
 };
 
 class ForcedTokens {

@@ -77,10 +77,12 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt, ModelSt
   const SamplingParams& sampling = config.sampling;
   // Sampling adjusts the logits in place (bias, penalties); the logprob needs them as the model
   // gave.
-  const bool copy_raw = config.logprobs && sampling.adjusts_logits();
+  const bool copy_raw =
+      config.logprobs && (sampling.adjusts_logits() || config.answer_constraint.enabled());
   Rng rng(sampling.seed);
   TokenCounts counts;
   ForcedTokens forcing(config.reasoning_budget, config.answer_prefix);
+  AnswerConstraint constraint(config.answer_constraint);
   ForwardOutput output;
   std::vector<float> raw;
   const double prefill_start = now_seconds();
@@ -91,11 +93,12 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt, ModelSt
 
   bool finished = false;
   // Reports one token and decides whether generation ends there.
-  auto commit = [&](CommittedToken& token) {
+  auto commit = [&](CommittedToken& token, bool forced) {
     counts.add(token.id);
     result.tokens.push_back(token.id);
     ++result.stats.generated_tokens;
-    const bool keep_going = on_token(token);
+    constraint.on_token(token.id, forced);
+    const bool keep_going = on_token(token) && !constraint.finished();
     forcing.on_token(token.id);
     if (auto reason = finish_after(config, token.id, keep_going, result.stats.generated_tokens)) {
       result.finish_reason = *reason;
@@ -142,7 +145,7 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt, ModelSt
           describe(forced_tokens[i], output.logits.data() + (i - first_row) * vocab);
         }
       }
-      for (int64_t i = 0; i < n && !finished; ++i) commit(forced_tokens[i]);
+      for (int64_t i = 0; i < n && !finished; ++i) commit(forced_tokens[i], true);
       if (finished) break;
       if (state.length() >= model_.max_context()) {
         result.finish_reason = FinishReason::length;
@@ -158,10 +161,11 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt, ModelSt
       token.alternatives = top_logprobs(logits, vocab, sampling.top_logprobs);
     }
     if (copy_raw) raw.assign(logits, logits + vocab);
+    if (constraint.active()) constraint.mask(logits, vocab);
     token.id = sample_token(sampling, counts, logits, vocab, rng);
     if (config.logprobs)
       token.logprob = logprob_of(copy_raw ? raw.data() : logits, vocab, token.id);
-    commit(token);
+    commit(token, false);
     if (finished) break;
     if (state.length() >= model_.max_context()) {
       result.finish_reason = FinishReason::length;

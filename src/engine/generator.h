@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/answer_constraint.h"
 #include "engine/forced_tokens.h"
 #include "engine/sampler.h"
 #include "model/model.h"
@@ -23,6 +24,7 @@ struct GenerationConfig {
   bool logprobs = false;
   ReasoningBudgetConfig reasoning_budget;
   AnswerPrefixConfig answer_prefix;  // tool_choice: the opening of a call, forced (forced_tokens.h)
+  AnswerConstraintConfig answer_constraint;  // response_format (answer_constraint.h)
 };
 
 enum class FinishReason { eos, length, stop, cancelled };

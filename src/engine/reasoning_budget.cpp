@@ -44,11 +44,16 @@ ReasoningBudgetConfig reasoning_budget_for_prompt(const Tokenizer& tokenizer,
                                                   const std::vector<int32_t>& eos_ids) {
   const std::optional<ReasoningSyntax> syntax = detect_reasoning_syntax(chat_template);
   if (!syntax || budget <= 0) return {};
+  return make_reasoning_budget(tokenizer, budget, message, syntax->start, syntax->end,
+                               prompt_tail_opens_reasoning(tokenizer, prompt, *syntax), eos_ids);
+}
+
+bool prompt_tail_opens_reasoning(const Tokenizer& tokenizer, const std::vector<int32_t>& prompt,
+                                 const ReasoningSyntax& syntax) {
   const size_t tail = std::min<size_t>(prompt.size(), 8);
   const std::string text =
       tokenizer.decode(std::vector<int32_t>(prompt.end() - tail, prompt.end()), false);
-  return make_reasoning_budget(tokenizer, budget, message, syntax->start, syntax->end,
-                               prompt_opens_reasoning(text, *syntax), eos_ids);
+  return prompt_opens_reasoning(text, syntax);
 }
 
 ReasoningBudget::ReasoningBudget(ReasoningBudgetConfig config)

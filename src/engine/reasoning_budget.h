@@ -11,6 +11,7 @@
 namespace dspark {
 
 class Tokenizer;
+struct ReasoningSyntax;
 
 struct ReasoningBudgetConfig {
   int64_t budget = 0;  // thinking tokens before the block is forced closed; 0 = off
@@ -32,6 +33,11 @@ ReasoningBudgetConfig make_reasoning_budget(const Tokenizer& tokenizer, int64_t 
                                             const std::string& message, const std::string& opener,
                                             const std::string& closer, bool starts_in_reasoning,
                                             const std::vector<int32_t>& eos_ids);
+
+// Whether the decoded tail of `prompt` (last 8 ids) leaves a thinking block of `syntax` open
+// (reference-product.md §7.1).
+bool prompt_tail_opens_reasoning(const Tokenizer& tokenizer, const std::vector<int32_t>& prompt,
+                                 const ReasoningSyntax& syntax);
 
 // The budget of a prompt rendered with `chat_template`: its thinking markers, the block open when
 // the decoded tail of the prompt (last 8 ids) leaves it open (reference-product.md §7.1). Off when

@@ -71,6 +71,9 @@ TokenDistribution target_distribution(const SamplingParams& params, const float*
     weights[i] = std::exp(logits[order[i]] * inverse_temperature - max_scaled);
     total += weights[i];
   }
+  // Tokens of weight 0 (masked to -infinity by a grammar or a bias) are not candidates: dropping
+  // them keeps sample_from's last-entry fallback on a token that can occur.
+  while (keep > 1 && weights[keep - 1] == 0.0) --keep;
   if (params.top_p < 1.0f) {
     double cumulative = 0.0;
     int64_t cut = keep;

@@ -313,6 +313,11 @@ ChatRequest parse_messages(const Json& body, bool count_only) {
     }
   }
   parse_reasoning_budget(body, request);
+  if (body.contains("output_config") && body["output_config"].is_object() &&
+      body["output_config"].contains("format") && !body["output_config"]["format"].is_null()) {
+    request.response_format = parse_response_format(
+        body["output_config"]["format"], "output_config.format", "/output_config/format");
+  }
   if (body.contains("chat_template_kwargs") && body["chat_template_kwargs"].is_object()) {
     const Json& kwargs = body["chat_template_kwargs"];
     if (kwargs.contains("enable_thinking"))

@@ -212,6 +212,36 @@ AnswerPrefixConfig forced_tool_call(const ChatRequest& request,
 
 }  // namespace
 
+AnswerConstraintConfig Engine::answer_constraint(const ChatRequest& request,
+                                                 const PreparedPrompt& prompt) {
+  AnswerConstraintConfig config;
+  const ResponseFormat& format = request.response_format;
+  if (format.kind == ResponseFormat::Kind::text) return config;
+  if (request.forced_tool_call) {
+    throw ApiError(400, "tool_choice cannot force a call when response_format asks for JSON", "",
+                   "response_format");
+  }
+  std::shared_ptr<const constrain::Grammar> grammar;
+  try {
+    grammar = format.kind == ResponseFormat::Kind::json_object
+                  ? constrain::json_object_grammar()
+                  : constrain::json_schema_grammar(format.schema);
+  } catch (const Error& e) {
+    throw ApiError(400, fmt::format("response_format: {}", e.what()), "", "response_format");
+  }
+  std::call_once(vocabulary_once_, [&] {
+    vocabulary_ = constrain::TokenVocabulary::from_tokenizer(*bundle_->tokenizer);
+  });
+  config.grammar.emplace(std::move(grammar), vocabulary_, bundle_->eos_ids);
+  if (prompt.parser.reasoning && prompt.parser.starts_in_reasoning) {
+    config.starts_in_reasoning = true;
+    config.closer = prompt.parser.reasoning->end;
+    const Tokenizer& tokenizer = *bundle_->tokenizer;
+    config.token_text = [&tokenizer](int32_t id) { return tokenizer.decode({id}, false); };
+  }
+  return config;
+}
+
 nlohmann::json Engine::health() const {
   const DecodeOptions& decode = options_.decode.options;
   nlohmann::json max_draft = nullptr;
@@ -246,6 +276,7 @@ std::shared_ptr<Job> Engine::submit(ChatRequest request, PreparedPrompt prompt) 
       prompt.parser.reasoning, prompt.parser.starts_in_reasoning, *bundle_->tokenizer,
       bundle_->eos_ids);
   job->config.answer_prefix = forced_tool_call(request, prompt.parser, *bundle_->tokenizer);
+  job->config.answer_constraint = answer_constraint(request, prompt);
   job->request = std::move(request);
   job->prompt = std::move(prompt);
   {

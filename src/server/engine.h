@@ -100,6 +100,8 @@ class Engine {
   void worker();
   void run(Job& job);
   GenerationConfig generation_config(const ChatRequest& request, int64_t prompt_tokens) const;
+  AnswerConstraintConfig answer_constraint(const ChatRequest& request,
+                                           const PreparedPrompt& prompt);
   void publish_queue();
 
   std::unique_ptr<ModelBundle> bundle_;
@@ -108,6 +110,10 @@ class Engine {
   int64_t context_window_;
   std::optional<ChatTemplate> template_;
   PrefixCache cache_;
+  // The vocabulary as grammars see it (token bytes in a trie), built for the first request with a
+  // response_format.
+  std::once_flag vocabulary_once_;
+  std::shared_ptr<const constrain::TokenVocabulary> vocabulary_;
 
   std::mutex mutex_;
   std::condition_variable work_;

@@ -148,6 +148,15 @@ void parse_common(const Json& body, ChatRequest& request) {
     }
   }
   if (body.contains("stop")) request.stop = json_string_list(body["stop"], "stop");
+  if (body.contains("response_format") && !body["response_format"].is_null()) {
+    request.response_format =
+        parse_response_format(body["response_format"], "response_format", "/response_format");
+  } else if (body.contains("json_schema") && !body["json_schema"].is_null()) {
+    // llama.cpp's top-level schema field.
+    request.response_format = parse_response_format(
+        {{"type", "json_schema"}, {"schema", body["json_schema"]}}, "json_schema", "");
+    request.response_format.pointer = "/json_schema";
+  }
   parse_reasoning_budget(body, request);
   if (body.contains("stream") && !body["stream"].is_null())
     request.stream = json_bool(body["stream"], "stream");
@@ -186,6 +195,26 @@ Json logprobs_json(const GenerationSummary& summary) {
                        {"top_logprobs", top}});
   }
   return {{"content", content}};
+}
+
+// The legacy /v1/completions shape: parallel lists, top alternatives as {token: logprob}.
+Json completion_logprobs_json(const GenerationSummary& summary) {
+  Json tokens = Json::array(), token_logprobs = Json::array(), top_logprobs = Json::array(),
+       text_offset = Json::array();
+  size_t offset = 0;
+  for (const auto& entry : summary.logprobs) {
+    tokens.push_back(entry.token);
+    token_logprobs.push_back(entry.logprob);
+    Json top = Json::object();
+    for (const auto& [token, logprob] : entry.top) top[token] = logprob;
+    top_logprobs.push_back(top);
+    text_offset.push_back(offset);
+    offset += entry.token.size();
+  }
+  return {{"tokens", tokens},
+          {"token_logprobs", token_logprobs},
+          {"top_logprobs", top_logprobs},
+          {"text_offset", text_offset}};
 }
 
 // The end of an OpenAI stream: the usage chunk (when stream_options.include_usage) and [DONE].
@@ -402,13 +431,6 @@ ChatRequest parse_chat(const Json& body) {
       throw ApiError(400, "'top_logprobs' requires 'logprobs': true", "", "top_logprobs");
     request.sampling.top_logprobs = static_cast<int>(top);
   }
-  if (body.contains("response_format") && body["response_format"].is_object()) {
-    const std::string type = body["response_format"].value("type", "text");
-    if (type != "text") {
-      throw ApiError(400, fmt::format("response_format '{}' is not supported", type), "",
-                     "response_format");
-    }
-  }
   if (body.contains("reasoning_effort") && !body["reasoning_effort"].is_null()) {
     std::string effort = json_string(body["reasoning_effort"], "reasoning_effort");
     for (auto& c : effort) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -448,6 +470,13 @@ ChatRequest parse_completion(const Json& body) {
   }
   if (body.contains("echo") && body["echo"].is_boolean() && body["echo"].get<bool>()) {
     throw ApiError(400, "unsupported parameter 'echo'", "", "echo");
+  }
+  // Legacy logprobs: the number of alternatives per token (0-5), not a flag.
+  if (body.contains("logprobs") && !body["logprobs"].is_null()) {
+    const int64_t top = json_int(body["logprobs"], "logprobs");
+    if (top < 0 || top > 5) throw ApiError(400, "'logprobs' must be in [0, 5]", "", "logprobs");
+    request.logprobs = true;
+    request.sampling.top_logprobs = static_cast<int>(top);
   }
   const Json prompt = body.value("prompt", Json());
   if (prompt.is_string()) {
@@ -491,10 +520,11 @@ Json chat_response(const ChatRequest& request, const ParsedOutput& output,
 Json completion_response(const ChatRequest& request, const ParsedOutput& output,
                          const GenerationSummary& summary, const std::string& id) {
   Json response = base_chunk(id, "text_completion", request.model, std::time(nullptr));
-  response["choices"] = Json::array({{{"index", 0},
-                                      {"text", output.content},
-                                      {"logprobs", Json()},
-                                      {"finish_reason", finish_reason(summary.finish)}}});
+  response["choices"] =
+      Json::array({{{"index", 0},
+                    {"text", output.content},
+                    {"logprobs", request.logprobs ? completion_logprobs_json(summary) : Json()},
+                    {"finish_reason", finish_reason(summary.finish)}}});
   response["usage"] = usage_json(summary.usage);
   response["x_dspark"] = summary.stats;
   return response;

@@ -168,6 +168,46 @@ ReasoningBudgetConfig resolve_reasoning_budget(const ChatRequest& request, int64
                                syntax->start, syntax->end, starts_in_reasoning, eos_ids);
 }
 
+ResponseFormat parse_response_format(const nlohmann::json& value, const std::string& field,
+                                     const std::string& pointer) {
+  if (!value.is_object())
+    throw ApiError(400, fmt::format("'{}' must be an object", field), "", field);
+  ResponseFormat format;
+  const std::string type = json_string(value.value("type", nlohmann::json("text")), "type");
+  const nlohmann::json* schema = nullptr;
+  if (value.contains("json_schema") && value["json_schema"].is_object() &&
+      value["json_schema"].contains("schema")) {
+    schema = &value["json_schema"]["schema"];
+    format.pointer = pointer + "/json_schema/schema";
+  } else if (value.contains("schema")) {
+    schema = &value["schema"];
+    format.pointer = pointer + "/schema";
+  }
+  if (type == "text") return format;
+  if (type == "json_object" && schema == nullptr) {
+    format.kind = ResponseFormat::Kind::json_object;
+    return format;
+  }
+  if (type == "json_object" || type == "json_schema") {
+    if (schema == nullptr || !(schema->is_object() || schema->is_boolean())) {
+      throw ApiError(400, fmt::format("'{}' of type json_schema needs a schema object", field), "",
+                     field);
+    }
+    format.kind = ResponseFormat::Kind::json_schema;
+    format.schema = nlohmann::ordered_json::parse(schema->dump());
+    return format;
+  }
+  throw ApiError(
+      400, fmt::format("'{}.type' must be text, json_object or json_schema, not '{}'", field, type),
+      "", field);
+}
+
+void set_schema_in_order(ResponseFormat& format, const std::string& body) {
+  if (format.kind != ResponseFormat::Kind::json_schema || format.pointer.empty()) return;
+  format.schema =
+      nlohmann::ordered_json::parse(body).at(nlohmann::ordered_json::json_pointer(format.pointer));
+}
+
 bool delivers_event(const ChatRequest& request, const OutputEvent& event) {
   const bool call = event.kind == OutputEvent::Kind::kToolCallStart ||
                     event.kind == OutputEvent::Kind::kToolCallArguments ||

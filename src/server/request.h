@@ -61,6 +61,17 @@ struct RequestSampling {
   std::vector<std::pair<int32_t, float>> logit_bias;  // ids checked against the vocabulary later
 };
 
+// The answer's shape: OpenAI response_format, Responses text.format, Anthropic
+// output_config.format.
+struct ResponseFormat {
+  enum class Kind { text, json_object, json_schema };
+  Kind kind = Kind::text;
+  // json_schema: properties are generated in the order the schema lists them, so the schema is
+  // read again from the body in order (set_schema_in_order); `pointer` says where it is.
+  nlohmann::ordered_json schema;
+  std::string pointer;
+};
+
 struct ChatRequest {
   Dialect dialect = Dialect::openai;
   std::string model;  // echoed back
@@ -87,6 +98,7 @@ struct ChatRequest {
   std::optional<int64_t> reasoning_budget;
   std::optional<std::string> reasoning_budget_message;  // nullopt = the server default
   std::vector<std::string> stop;
+  ResponseFormat response_format;
   RequestSampling sampling;
   bool logprobs = false;
   bool stream = false;
@@ -140,6 +152,15 @@ ReasoningBudgetConfig resolve_reasoning_budget(const ChatRequest& request, int64
                                                bool starts_in_reasoning, const Tokenizer& tokenizer,
                                                const std::vector<int32_t>& eos_ids);
 
+// Reads a format object: {"type": "text" | "json_object" | "json_schema"} with the schema under
+// "json_schema"."schema" (OpenAI) or "schema" (Responses, Anthropic, llama.cpp's json_object with
+// a schema). A 400 naming `field` for anything else.
+// `pointer` is the JSON pointer of `value` in the body ("/response_format").
+ResponseFormat parse_response_format(const nlohmann::json& value, const std::string& field,
+                                     const std::string& pointer);
+// Replaces a json_schema format's schema with the same one read from the raw body with its keys
+// in the client's order (the body is parsed sorted elsewhere).
+void set_schema_in_order(ResponseFormat& format, const std::string& body);
 // Whether an output event reaches the client: with parallel_tool_calls off, the events of every
 // call after the first are dropped.
 bool delivers_event(const ChatRequest& request, const OutputEvent& event);

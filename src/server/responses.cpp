@@ -236,6 +236,11 @@ ChatRequest parse(const Json& body) {
     else if (!effort.empty())
       request.enable_thinking = true;
   }
+  if (body.contains("text") && body["text"].is_object() && body["text"].contains("format") &&
+      !body["text"]["format"].is_null()) {
+    request.response_format =
+        parse_response_format(body["text"]["format"], "text.format", "/text/format");
+  }
   parse_reasoning_budget(body, request);
   return request;
 }

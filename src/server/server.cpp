@@ -221,6 +221,7 @@ struct Server::Impl {
           request = responses::parse(body);
           break;
       }
+      set_schema_in_order(request.response_format, req.body);
       if (request.model.empty()) request.model = engine->bundle().name;
       PreparedPrompt prompt = engine->prepare(request);
       if (route == Route::count_tokens) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 
 #include "base/error.h"
 #include "base/system_info.h"
@@ -78,6 +79,7 @@ GenerationResult SpeculativeGenerator::generate(const std::vector<int32_t>& prom
   Rng rng(sampling.seed);
   TokenCounts counts;
   ForcedTokens forcing(config.reasoning_budget, config.answer_prefix);
+  AnswerConstraint constraint(config.answer_constraint);
   std::vector<int32_t> committed = prompt;
   ForwardOutput output;
 
@@ -96,7 +98,7 @@ GenerationResult SpeculativeGenerator::generate(const std::vector<int32_t>& prom
   const std::vector<int32_t>* forced_due = nullptr;
   // Commits one token: reports it and decides whether generation ends here. `raw_logits` is the
   // row the token was chosen from; null when neither logprobs nor alternatives are wanted.
-  auto commit = [&](int32_t id, const float* raw_logits) {
+  auto commit = [&](int32_t id, const float* raw_logits, bool forced) {
     CommittedToken token;
     token.id = id;
     if (config.logprobs) token.logprob = logprob_of(raw_logits, vocab, id);
@@ -106,7 +108,8 @@ GenerationResult SpeculativeGenerator::generate(const std::vector<int32_t>& prom
     committed.push_back(id);
     result.tokens.push_back(id);
     ++result.stats.generated_tokens;
-    const bool keep_going = on_token(token);
+    constraint.on_token(id, forced);
+    const bool keep_going = on_token(token) && !constraint.finished();
     forcing.on_token(id);
     if (auto reason = finish_after(config, id, keep_going, result.stats.generated_tokens)) {
       result.finish_reason = *reason;
@@ -124,8 +127,9 @@ GenerationResult SpeculativeGenerator::generate(const std::vector<int32_t>& prom
   forced_due = forcing.due(tokens_left(config, model_, prompt_tokens, 0));
   if (!forced_due) {
     std::vector<float> row = output.logits;
+    if (constraint.active()) constraint.mask(row.data(), vocab);
     const int32_t first = sample_token(sampling, counts, row.data(), vocab, rng);
-    commit(first, output.logits.data());
+    commit(first, output.logits.data(), false);
   }
 
   std::vector<int32_t> rows;
@@ -146,7 +150,7 @@ GenerationResult SpeculativeGenerator::generate(const std::vector<int32_t>& prom
       result.budget_forced = forcing.budget_fired();
       const bool at_start = result.tokens.empty();
       const int64_t n = static_cast<int64_t>(forced.size());
-      if (at_start) commit(forced[0], wants_rows ? output.logits.data() : nullptr);
+      if (at_start) commit(forced[0], wants_rows ? output.logits.data() : nullptr, true);
       rows.clear();
       if (!at_start) rows.push_back(committed.back());
       rows.insert(rows.end(), forced.begin(), forced.end() - 1);
@@ -166,7 +170,7 @@ GenerationResult SpeculativeGenerator::generate(const std::vector<int32_t>& prom
         drafter_.on_target_rows(rows.data(), fed, output.taps.data());
         const int64_t skip = at_start ? 1 : 0;
         for (int64_t i = skip; i < n && !finished; ++i) {
-          commit(forced[i], wants_rows ? output.logits.data() + (i - skip) * vocab : nullptr);
+          commit(forced[i], wants_rows ? output.logits.data() + (i - skip) * vocab : nullptr, true);
         }
       }
       if (options_.after_round) options_.after_round(state);
@@ -220,20 +224,32 @@ GenerationResult SpeculativeGenerator::generate(const std::vector<int32_t>& prom
     stats_.verify_seconds += now_seconds() - verify_start;
 
     // Acceptance, row by row; row i is biased and penalised with the counts of everything before
-    // it.
+    // it, and masked by the constraint advanced over the drafts before it. A draft the constraint
+    // rejects has probability 0 in its row, so acceptance stops there.
     std::vector<int32_t> to_commit;
     int64_t accepted = 0;
     TokenCounts row_counts;
     const bool adjust = sampling.adjusts_logits();
     if (adjust) row_counts = counts;
+    std::optional<AnswerConstraint> row_constraint;
+    if (config.answer_constraint.enabled()) row_constraint = constraint;
     for (int64_t i = 0; i <= drafts; ++i) {
+      if (row_constraint && i > 0) {
+        row_constraint->on_token(draft.tokens[i - 1], false);
+        // Plain decoding ends at that draft: committing the accepted drafts ends this one too.
+        if (row_constraint->finished()) break;
+      }
       const float* raw = output.logits.data() + i * vocab;
-      // Rows are only copied when bias or penalties change them.
+      const bool masked = row_constraint && row_constraint->active();
+      // Rows are only copied when bias, penalties or the constraint change them.
       const float* row = raw;
-      if (adjust) {
+      if (adjust || masked) {
         adjusted.assign(raw, raw + vocab);
-        if (i > 0) row_counts.add(draft.tokens[i - 1]);
-        adjust_logits(sampling, row_counts, adjusted.data(), vocab);
+        if (adjust) {
+          if (i > 0) row_counts.add(draft.tokens[i - 1]);
+          adjust_logits(sampling, row_counts, adjusted.data(), vocab);
+        }
+        if (masked) row_constraint->mask(adjusted.data(), vocab);
         row = adjusted.data();
       }
       if (sampling.greedy()) {
@@ -285,10 +301,10 @@ GenerationResult SpeculativeGenerator::generate(const std::vector<int32_t>& prom
     // or the reasoning budget fires.
     int64_t committed_round = 0;
     for (int64_t i = 0; i < accepted && !finished && !forced_due; ++i, ++committed_round) {
-      commit(draft.tokens[i], output.logits.data() + i * vocab);
+      commit(draft.tokens[i], output.logits.data() + i * vocab, false);
     }
     if (!finished && !forced_due) {
-      commit(to_commit.back(), output.logits.data() + accepted * vocab);
+      commit(to_commit.back(), output.logits.data() + accepted * vocab, false);
       ++committed_round;
     }
 

@@ -75,6 +75,13 @@ class Tokenizer {
   // One more than the largest token id (the rows an embedding table needs).
   int32_t vocab_size() const;
   bool is_special(int32_t id) const;
+  // Whether `id` is one of the tokenizer.json's added_tokens (special or not).
+  bool is_added(int32_t id) const { return added_by_id_.count(id) != 0; }
+  // The bytes token `id` adds to a decoded text when it stands between other tokens (ByteLevel
+  // stand-in characters mapped back to bytes, <0xNN> byte-fallback tokens as their byte, the
+  // Metaspace marker as a space); may be a partial UTF-8 character. Nullopt for special added
+  // tokens and for ids that name no token.
+  std::optional<std::string> token_bytes(int32_t id) const;
   std::optional<int32_t> bos_id() const { return bos_id_; }
   std::optional<int32_t> eos_id() const { return eos_id_; }
 

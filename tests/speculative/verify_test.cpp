@@ -6,8 +6,10 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 
+#include "constrain/grammar.h"
 #include "formats/model_store.h"
 #include "spec_models.h"
 #include "speculative/decode.h"
@@ -647,6 +649,186 @@ TEST(AnswerPrefixDecoding, SpeculativeEqualsPlainWithAForcedPrefix) {
       }
     }
   }
+}
+
+// A byte string for each id of the tiny models' vocabulary: '!'..'y' and a space as single bytes,
+// JSON pieces spanning several bytes (so masks come from a real trie walk), and the end id last.
+constexpr int32_t kTinyEndId = 95;
+std::shared_ptr<const constrain::TokenVocabulary> tiny_json_vocabulary(int64_t vocab) {
+  std::vector<std::optional<std::string>> bytes(vocab);
+  const char* pieces[] = {" ", "{", "}", "\": ", ", \"", "{\""};
+  for (int64_t id = 0; id < vocab && id < kTinyEndId; ++id) {
+    bytes[id] = id < 89 ? std::string(1, static_cast<char>('!' + id)) : pieces[id - 89];
+  }
+  return std::make_shared<constrain::TokenVocabulary>(std::move(bytes));
+}
+
+std::string spell(const constrain::TokenVocabulary& vocabulary, const std::vector<int32_t>& ids) {
+  std::string text;
+  for (int32_t id : ids) text += vocabulary.bytes(id).value_or("");
+  return text;
+}
+
+// response_format: plain decoding restricted to the grammar, and speculative decoding equal to it
+// for every drafter kind and cap, whether the answer starts at once or after a thinking block,
+// and whether the grammar ends the answer itself (an enum) or max_tokens does.
+TEST(ConstrainedDecoding, SpeculativeEqualsPlainUnderAGrammar) {
+  testing::TinyCheckpoint checkpoint(31);
+  testing::fill_nemotron(checkpoint, "M*EMEM-");
+  auto model = load_model(checkpoint.write());
+  const int64_t vocab = model->vocab_size();
+  const auto vocabulary = tiny_json_vocabulary(vocab);
+  const std::vector<int32_t> end_ids = {kTinyEndId};
+  struct Case {
+    const char* name;
+    std::shared_ptr<const constrain::Grammar> grammar;
+    bool after_thinking;
+  };
+  const nlohmann::json schema = nlohmann::json::parse(
+      R"({"type": "object", "properties": {"k": {"enum": [12, "x"]}, "b": {"type": "boolean"}},
+          "required": ["k", "b"]})");
+  const std::vector<Case> cases = {
+      {"json_object", constrain::json_object_grammar(), false},
+      {"json_object after </think>", constrain::json_object_grammar(), true},
+      {"schema with an enum", constrain::json_schema_grammar(schema), false}};
+  auto keep_going = [](const CommittedToken&) { return true; };
+  int finished_by_grammar = 0;
+  for (const Case& c : cases) {
+    for (const auto& prompt : test_prompts(vocab)) {
+      GenerationConfig config;
+      config.max_tokens = 20;
+      config.eos_ids = end_ids;
+      config.answer_constraint.grammar.emplace(c.grammar, vocabulary, end_ids);
+      std::vector<int32_t> head;
+      if (c.after_thinking) {
+        // The model's own first two tokens stay free; the second one is spelled as the closer.
+        const PlainRun free_run = plain_run(*model, prompt, 2);
+        head = free_run.tokens;
+        const int32_t closer = head[1];
+        config.answer_constraint.starts_in_reasoning = true;
+        config.answer_constraint.token_text = [closer](int32_t id) {
+          return id == closer ? std::string("</think>") : std::string("x");
+        };
+      }
+      ModelState plain_state = model->new_state();
+      const GenerationResult plain =
+          Generator(*model).generate(prompt, plain_state, config, keep_going);
+      ASSERT_GE(plain.tokens.size(), head.size());
+      EXPECT_TRUE(std::equal(head.begin(), head.end(), plain.tokens.begin())) << c.name;
+      // Every constrained token was allowed, and the grammar changed the output.
+      constrain::TokenConstraint check(c.grammar, vocabulary, end_ids);
+      for (size_t i = head.size(); i < plain.tokens.size(); ++i) {
+        ASSERT_TRUE(check.allows(plain.tokens[i]))
+            << c.name << ": " << spell(*vocabulary, plain.tokens) << " at " << i;
+        check.accept(plain.tokens[i]);
+      }
+      EXPECT_NE(plain.tokens, plain_run(*model, prompt, config.max_tokens).tokens) << c.name;
+      if (plain.finish_reason == FinishReason::stop) {
+        EXPECT_TRUE(check.finished()) << c.name << ": " << spell(*vocabulary, plain.tokens);
+        ++finished_by_grammar;
+      }
+      std::vector<int32_t> full = prompt;
+      full.insert(full.end(), plain.tokens.begin(), plain.tokens.end());
+      for (int kind = 0; kind < 4; ++kind) {
+        for (int cap : {1, 3, 6}) {
+          std::unique_ptr<Drafter> drafter = make_drafter(kind, full, vocab, 400 + cap, cap);
+          FixedCap fixed(cap);
+          SpeculativeGenerator generator(*model, *drafter, fixed);
+          ModelState state = model->new_state();
+          const GenerationResult result = generator.generate(prompt, state, config, keep_going);
+          EXPECT_EQ(result.tokens, plain.tokens)
+              << c.name << ", " << drafter->name() << " cap " << cap;
+          EXPECT_EQ(result.finish_reason, plain.finish_reason) << c.name;
+        }
+      }
+    }
+  }
+  EXPECT_GT(finished_by_grammar, 0) << "the enum schema should end some answers by itself";
+}
+
+// At T > 0 the first two constrained tokens follow the target distribution restricted to the
+// grammar, with a drafter that proposes tokens the grammar mostly rejects.
+TEST(ConstrainedDecoding, SampledTokensFollowTheRestrictedDistribution) {
+  testing::TinyCheckpoint checkpoint(57);
+  testing::fill_nemotron(checkpoint, "M*E");
+  auto model = load_model(checkpoint.write());
+  const int64_t vocab = model->vocab_size();
+  const auto vocabulary = tiny_json_vocabulary(vocab);
+  const auto grammar = constrain::json_object_grammar();
+  SamplingParams sampling;
+  sampling.temperature = 1.5f;
+  const std::vector<int32_t> prompt = {3, 14, 15, 92, 65};
+
+  auto restricted = [&](const float* logits, const constrain::TokenConstraint& constraint) {
+    std::vector<float> row(logits, logits + vocab);
+    constraint.mask_logits(row.data(), vocab);
+    return target_distribution(sampling, row.data(), vocab);
+  };
+  ModelState state = model->new_state();
+  ForwardOutput out;
+  model->forward(prompt.data(), prompt.size(), state, {4}, {}, out);
+  const constrain::TokenConstraint start(grammar, vocabulary, {});
+  const TokenDistribution first = restricted(out.logits.data(), start);
+  ASSERT_GT(first.ids.size(), 1u);
+  const StateSnapshot after_prompt = state.snapshot();
+  std::map<std::pair<int32_t, int32_t>, double> expected;
+  for (size_t a = 0; a < first.ids.size(); ++a) {
+    state.restore(after_prompt);
+    model->forward(&first.ids[a], 1, state, {0}, {}, out);
+    constrain::TokenConstraint next = start;
+    next.accept(first.ids[a]);
+    const TokenDistribution second = restricted(out.logits.data(), next);
+    for (size_t b = 0; b < second.ids.size(); ++b) {
+      expected[{first.ids[a], second.ids[b]}] = double(first.probs[a]) * second.probs[b];
+    }
+  }
+
+  ModelState base = model->new_state();
+  model->forward(prompt.data(), prompt.size() - 1, base, {}, {}, out);
+  const StateSnapshot prefix = base.snapshot();
+  RandomDrafter drafter(vocab, 5);
+  FixedCap cap(3);
+  SpeculativeGenerator generator(*model, drafter, cap);
+  std::map<std::pair<int32_t, int32_t>, int> observed;
+  const int samples = 6000;
+  for (int s = 0; s < samples; ++s) {
+    ModelState run = model->new_state();
+    run.restore(prefix);
+    GenerationConfig config;
+    config.sampling = sampling;
+    config.sampling.seed = 5000 + s;
+    config.max_tokens = 6;
+    config.answer_constraint.grammar.emplace(grammar, vocabulary, std::vector<int32_t>{});
+    int seen = 0;
+    auto result =
+        generator.generate(prompt, run, config, [&](const CommittedToken&) { return ++seen < 2; });
+    ASSERT_GE(result.tokens.size(), 2u);
+    ++observed[{result.tokens[0], result.tokens[1]}];
+  }
+  double chi = 0, pooled_expected = 0, pooled_observed = 0;
+  int cells = 0;
+  for (const auto& [pair, p] : expected) {
+    const double e = p * samples;
+    const double o = observed.count(pair) ? observed[pair] : 0;
+    if (e >= 5) {
+      chi += (o - e) * (o - e) / e;
+      ++cells;
+    } else {
+      pooled_expected += e;
+      pooled_observed += o;
+    }
+  }
+  for (const auto& [pair, count] : observed) {
+    EXPECT_TRUE(expected.count(pair)) << "sampled a pair outside the restricted support";
+  }
+  if (pooled_expected > 0) {
+    chi +=
+        (pooled_observed - pooled_expected) * (pooled_observed - pooled_expected) / pooled_expected;
+    ++cells;
+  }
+  ASSERT_GT(cells, 2);
+  EXPECT_LT(chi, chi_square_critical(cells - 1)) << cells << " cells";
+  EXPECT_GT(generator.stats().drafted, 0);
 }
 
 }  // namespace
