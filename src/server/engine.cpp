@@ -294,6 +294,11 @@ std::shared_ptr<Job> Engine::submit(ChatRequest request, PreparedPrompt prompt) 
   return job;
 }
 
+bool Engine::busy() {
+  std::lock_guard lock(mutex_);
+  return running_ != nullptr;
+}
+
 void Engine::publish_queue() {
   std::lock_guard lock(mutex_);
   metrics_.set_queue(static_cast<int64_t>(queue_.size()), running_ ? 1 : 0);

@@ -95,6 +95,8 @@ class Engine {
   std::string mode_name() const { return decode_mode_name(options_.decode.options.mode); }
   // The /health fields of a ready engine (reference-product.md §3.2).
   nlohmann::json health() const;
+  // Whether a generation is running (llama.cpp's /slots: one slot).
+  bool busy();
 
  private:
   void worker();

@@ -10,10 +10,12 @@
 
 #include <cstdio>
 #include <fstream>
+#include <functional>
 
 #include "base/error.h"
 #include "base/system_info.h"
 #include "server/dialect.h"
+#include "text/tokenizer.h"
 
 namespace dspark::server {
 namespace {
@@ -360,6 +362,108 @@ struct Server::Impl {
     return false;
   }
 
+  // A JSON-bodied utility route: parse the body, answer with `handler`'s JSON or an error in the
+  // OpenAI shape (503 while loading, 400 for bad input).
+  void json_route(const std::string& pattern,
+                  std::function<Json(Engine&, const Json&, const httplib::Request&)> handler,
+                  bool post) {
+    auto respond = [this, handler](const httplib::Request& req, httplib::Response& res) {
+      try {
+        std::shared_ptr<Engine> engine = current_engine();
+        if (!engine) throw ApiError(503, "Loading model");
+        Json body = Json::object();
+        if (!req.body.empty()) {
+          try {
+            body = Json::parse(req.body);
+          } catch (const nlohmann::json::exception& e) {
+            throw ApiError(400, fmt::format("the request body is not valid JSON: {}", e.what()));
+          }
+          if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
+        }
+        res.set_content(handler(*engine, body, req).dump(), "application/json");
+      } catch (const ApiError& e) {
+        send_error(res, Dialect::openai, e);
+      }
+    };
+    if (post) {
+      http.Post(pattern, respond);
+    } else {
+      http.Get(pattern, respond);
+    }
+  }
+
+  // llama.cpp's utility routes, which some clients probe: /tokenize, /detokenize,
+  // /apply-template, /props, /slots.
+  void add_llama_cpp_routes() {
+    json_route(
+        "/tokenize/?",
+        [](Engine& engine, const Json& body, const httplib::Request&) {
+          const std::string content = json_string(body.value("content", Json()), "content");
+          const bool add_special =
+              body.contains("add_special") && json_bool(body["add_special"], "add_special");
+          const bool with_pieces =
+              body.contains("with_pieces") && json_bool(body["with_pieces"], "with_pieces");
+          const Tokenizer& tokenizer = *engine.bundle().tokenizer;
+          Json tokens = Json::array();
+          for (int32_t id : tokenizer.encode(content, add_special)) {
+            if (with_pieces) {
+              tokens.push_back({{"id", id}, {"piece", tokenizer.decode({id}, false)}});
+            } else {
+              tokens.push_back(id);
+            }
+          }
+          return Json({{"tokens", tokens}});
+        },
+        true);
+    json_route(
+        "/detokenize/?",
+        [](Engine& engine, const Json& body, const httplib::Request&) {
+          const Json& tokens = body.value("tokens", Json());
+          if (!tokens.is_array()) throw ApiError(400, "'tokens' must be a list of token ids");
+          const Tokenizer& tokenizer = *engine.bundle().tokenizer;
+          std::vector<int32_t> ids;
+          for (const Json& token : tokens) {
+            const int64_t id = json_int(token, "tokens");
+            if (id < 0 || id >= tokenizer.vocab_size()) {
+              throw ApiError(400, fmt::format("token id {} is outside the vocabulary [0, {})", id,
+                                              tokenizer.vocab_size()));
+            }
+            ids.push_back(static_cast<int32_t>(id));
+          }
+          return Json({{"content", tokenizer.decode(ids, false)}});
+        },
+        true);
+    json_route(
+        "/apply-template/?",
+        [](Engine& engine, const Json& body, const httplib::Request&) {
+          return Json({{"prompt", engine.prepare(openai::parse_chat(body)).text}});
+        },
+        true);
+    json_route(
+        "/props/?",
+        [](Engine& engine, const Json&, const httplib::Request&) {
+          return Json({{"default_generation_settings", {{"n_ctx", engine.context_window()}}},
+                       {"n_ctx", engine.context_window()},
+                       {"total_slots", 1},
+                       {"model_path", engine.bundle().path},
+                       {"model_alias", engine.bundle().name},
+                       {"chat_template", engine.bundle().chat_template},
+                       {"build_info", "dspark-0.1.0"}});
+        },
+        false);
+    json_route(
+        "/slots/?",
+        [](Engine& engine, const Json&, const httplib::Request& req) {
+          const bool busy = engine.busy();
+          if (busy && req.get_param_value("fail_on_no_slot") == "1") {
+            throw ApiError(503, "no slot available");
+          }
+          return Json::array(
+              {{{"id", 0}, {"n_ctx", engine.context_window()}, {"is_processing", busy}}});
+        },
+        false);
+  }
+
   void setup() {
     http.set_payload_max_length(owner.options_.max_body_bytes);
     http.set_read_timeout(60, 0);
@@ -476,6 +580,7 @@ struct Server::Impl {
       }
       res.set_content(owner.metrics_.render(gauges), "text/plain; version=0.0.4");
     });
+    add_llama_cpp_routes();
     http.Get("/", [](const httplib::Request&, httplib::Response& res) {
       res.set_content(Json({{"status", "ok"}, {"server", "dspark"}}).dump(), "application/json");
     });

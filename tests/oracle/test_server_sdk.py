@@ -173,6 +173,52 @@ def test_tools_on_a_template_without_a_call_format(server):
                                            tool_choice="required")
 
 
+def test_llama_cpp_utility_routes(smollm2, server):
+    """/tokenize and /detokenize agree with HF tokenizers; /apply-template renders the prompt the
+    chat route counts; /props and /slots describe the one slot."""
+    tokenizer = Tokenizer.from_file(str(smollm2 / "tokenizer.json"))
+    text = "Hello, wörld! 12345 <|im_start|>user"
+    status, reply = server.post_raw("/tokenize", json.dumps({"content": text}).encode())
+    assert status == 200
+    assert reply["tokens"] == tokenizer.encode(text, add_special_tokens=False).ids
+    status, pieces = server.post_raw("/tokenize", json.dumps(
+        {"content": text, "with_pieces": True}).encode())
+    assert [p["id"] for p in pieces["tokens"]] == reply["tokens"]
+    assert "".join(p["piece"] for p in pieces["tokens"]) == text
+    status, back = server.post_raw("/detokenize", json.dumps({"tokens": reply["tokens"]}).encode())
+    assert status == 200 and back["content"] == tokenizer.decode(reply["tokens"],
+                                                                skip_special_tokens=False)
+    status, error = server.post_raw("/detokenize", json.dumps({"tokens": [10 ** 9]}).encode())
+    assert status == 400 and "outside the vocabulary" in error["error"]["message"]
+
+    status, rendered = server.post_raw("/apply-template", json.dumps({"messages": QUESTION}).encode())
+    assert status == 200
+    answer = oa(server).chat.completions.create(model="m", messages=QUESTION, max_tokens=1)
+    assert len(tokenizer.encode(rendered["prompt"], add_special_tokens=False).ids) == \
+        answer.usage.prompt_tokens
+    assert rendered["prompt"].endswith("<|im_start|>assistant\n")
+
+    props = json.loads(server.get("/props"))
+    assert props["total_slots"] == 1 and props["n_ctx"] > 0
+    assert "<|im_start|>" in props["chat_template"]
+    slots = json.loads(server.get("/slots?fail_on_no_slot=1"))
+    assert slots[0]["is_processing"] is False and slots[0]["n_ctx"] == props["n_ctx"]
+    # While a generation runs the one slot is busy, and fail_on_no_slot answers 503.
+    worker = threading.Thread(target=lambda: oa(server).chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "Write a long story about a dragon."}],
+        max_tokens=300, temperature=0))
+    worker.start()
+    codes = set()
+    while worker.is_alive() and 503 not in codes:
+        try:
+            server.get("/slots?fail_on_no_slot=1")
+            codes.add(200)
+        except urllib.error.HTTPError as e:
+            codes.add(e.code)
+    worker.join()
+    assert 503 in codes
+
+
 def test_malformed_requests_get_4xx_and_server_survives(server):
     cases = [
         b"{bad json",
