@@ -11,6 +11,39 @@
 namespace dspark {
 namespace {
 
+int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+}  // namespace
+
+std::optional<std::string> byte_level_token_bytes(std::string_view token) {
+  std::string bytes;
+  bytes.reserve(token.size());
+  size_t pos = 0;
+  while (pos < token.size()) {
+    char32_t code_point;
+    const size_t length = utf8_decode(token, pos, &code_point);
+    const int byte = length == 0 ? -1 : byte_level_byte(code_point);
+    if (byte < 0) return std::nullopt;
+    bytes.push_back(static_cast<char>(byte));
+    pos += length;
+  }
+  return bytes;
+}
+
+int byte_fallback_byte(std::string_view token) {
+  if (token.size() != 6 || token.substr(0, 3) != "<0x" || token[5] != '>') return -1;
+  const int high = hex_digit(token[3]);
+  const int low = hex_digit(token[4]);
+  return (high < 0 || low < 0) ? -1 : high * 16 + low;
+}
+
+namespace {
+
 // Maps every token's stand-in characters back to bytes and joins them into one string; a token
 // with any other character is taken as its raw bytes. Invalid UTF-8 becomes U+FFFD.
 class ByteLevelDetokenizer final : public Detokenizer {
@@ -18,24 +51,8 @@ class ByteLevelDetokenizer final : public Detokenizer {
   void decode_chain(std::vector<std::string>& tokens) const override {
     std::string bytes;
     for (const std::string& token : tokens) {
-      const size_t start = bytes.size();
-      size_t pos = 0;
-      bool all_mapped = true;
-      while (pos < token.size()) {
-        char32_t code_point;
-        const size_t length = utf8_decode(token, pos, &code_point);
-        const int byte = length == 0 ? -1 : byte_level_byte(code_point);
-        if (byte < 0) {
-          all_mapped = false;
-          break;
-        }
-        bytes.push_back(static_cast<char>(byte));
-        pos += length;
-      }
-      if (!all_mapped) {
-        bytes.resize(start);
-        bytes += token;
-      }
+      const std::optional<std::string> mapped = byte_level_token_bytes(token);
+      bytes += mapped ? *mapped : token;
     }
     tokens.assign(1, utf8_is_valid(bytes) ? std::move(bytes) : utf8_repair(bytes));
   }
@@ -111,10 +128,7 @@ class ByteFallbackDetokenizer final : public Detokenizer {
       pending.clear();
     };
     for (std::string& token : tokens) {
-      int byte = -1;
-      if (token.size() == 6 && token.compare(0, 3, "<0x") == 0 && token[5] == '>') {
-        byte = hex_byte(token[3], token[4]);
-      }
+      const int byte = byte_fallback_byte(token);
       if (byte >= 0) {
         pending.push_back(static_cast<char>(byte));
       } else {
@@ -124,19 +138,6 @@ class ByteFallbackDetokenizer final : public Detokenizer {
     }
     flush();
     tokens = std::move(out);
-  }
-
- private:
-  static int hex_digit(char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  }
-  static int hex_byte(char high, char low) {
-    const int h = hex_digit(high);
-    const int l = hex_digit(low);
-    return (h < 0 || l < 0) ? -1 : h * 16 + l;
   }
 };
 

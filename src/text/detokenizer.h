@@ -4,11 +4,18 @@
 // step maps the list of token strings to a new list and the final list is concatenated.
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace dspark {
+
+// The bytes a ByteLevel token stands for, or nullopt when it holds a character outside GPT-2's
+// stand-in alphabet (the decoder then takes the token as it is).
+std::optional<std::string> byte_level_token_bytes(std::string_view token);
+// The byte a byte-fallback token <0xNN> stands for, or -1 for any other token.
+int byte_fallback_byte(std::string_view token);
 
 class Detokenizer {
  public:

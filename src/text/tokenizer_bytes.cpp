@@ -6,9 +6,8 @@
 
 #include "base/error.h"
 #include "text/bpe.h"
-#include "text/pretokenizer.h"
+#include "text/detokenizer.h"
 #include "text/tokenizer.h"
-#include "text/utf8.h"
 
 namespace dspark {
 namespace {
@@ -22,51 +21,15 @@ void replace_all(std::string& text, std::string_view pattern, std::string_view c
   }
 }
 
-// The byte a <0xNN> token stands for, or -1.
-int byte_fallback_value(std::string_view token) {
-  if (token.size() != 6 || token.substr(0, 3) != "<0x" || token[5] != '>') return -1;
-  int value = 0;
-  for (const char c : token.substr(3, 2)) {
-    value *= 16;
-    if (c >= '0' && c <= '9') {
-      value += c - '0';
-    } else if (c >= 'A' && c <= 'F') {
-      value += c - 'A' + 10;
-    } else if (c >= 'a' && c <= 'f') {
-      value += c - 'a' + 10;
-    } else {
-      return -1;
-    }
-  }
-  return value;
-}
-
-// ByteLevel: every stand-in character back to its byte; a token holding any other character is
-// taken as it is (as the ByteLevel decoder does).
-void map_byte_level(std::string& token) {
-  std::string bytes;
-  bytes.reserve(token.size());
-  size_t pos = 0;
-  while (pos < token.size()) {
-    char32_t code_point;
-    const size_t length = utf8_decode(token, pos, &code_point);
-    const int byte = length == 0 ? -1 : byte_level_byte(code_point);
-    if (byte < 0) return;
-    bytes.push_back(static_cast<char>(byte));
-    pos += length;
-  }
-  token = std::move(bytes);
-}
-
 void apply_decoder(const nlohmann::json& spec, std::string& token) {
   if (spec.is_null()) return;
   const std::string& type = spec.at("type").get_ref<const std::string&>();
   if (type == "Sequence") {
     for (const auto& step : spec.at("decoders")) apply_decoder(step, token);
   } else if (type == "ByteLevel") {
-    map_byte_level(token);
+    if (std::optional<std::string> bytes = byte_level_token_bytes(token)) token = std::move(*bytes);
   } else if (type == "ByteFallback") {
-    const int byte = byte_fallback_value(token);
+    const int byte = byte_fallback_byte(token);
     if (byte >= 0) token.assign(1, static_cast<char>(byte));
   } else if (type == "Metaspace") {
     replace_all(token, spec.value("replacement", std::string("\u2581")), " ");

@@ -280,6 +280,36 @@ double chi_square_critical(int df) {  // p = 0.001, Wilson-Hilferty
   return k * term * term * term;
 }
 
+// Pearson's chi-square of observed pair counts against expected probabilities, over cells with an
+// expected count of at least 5; the rest pooled into one cell.
+struct ChiSquare {
+  double statistic = 0.0;
+  int cells = 0;
+};
+ChiSquare chi_square(const std::map<std::pair<int32_t, int32_t>, double>& expected,
+                     const std::map<std::pair<int32_t, int32_t>, int>& observed, int samples) {
+  ChiSquare fit;
+  double pooled_expected = 0, pooled_observed = 0;
+  for (const auto& [pair, p] : expected) {
+    const double e = p * samples;
+    const auto found = observed.find(pair);
+    const double o = found != observed.end() ? found->second : 0;
+    if (e >= 5) {
+      fit.statistic += (o - e) * (o - e) / e;
+      ++fit.cells;
+    } else {
+      pooled_expected += e;
+      pooled_observed += o;
+    }
+  }
+  if (pooled_expected > 0) {
+    fit.statistic +=
+        (pooled_observed - pooled_expected) * (pooled_observed - pooled_expected) / pooled_expected;
+    ++fit.cells;
+  }
+  return fit;
+}
+
 TEST(LosslessSampling, FirstTwoTokensFollowTheTargetWithAWrongDrafter) {
   testing::TinyCheckpoint checkpoint(57);
   testing::fill_nemotron(checkpoint, "M*E");
@@ -329,29 +359,11 @@ TEST(LosslessSampling, FirstTwoTokensFollowTheTargetWithAWrongDrafter) {
     ASSERT_GE(result.tokens.size(), 2u);
     ++observed[{result.tokens[0], result.tokens[1]}];
   }
-  // Chi-square over cells with an expected count of at least 5; the rest pooled.
-  double chi = 0, pooled_expected = 0, pooled_observed = 0;
-  int cells = 0;
-  for (const auto& [pair, p] : expected) {
-    const double e = p * samples;
-    const double o = observed.count(pair) ? observed[pair] : 0;
-    if (e >= 5) {
-      chi += (o - e) * (o - e) / e;
-      ++cells;
-    } else {
-      pooled_expected += e;
-      pooled_observed += o;
-    }
-  }
   for (const auto& [pair, count] : observed) {
     EXPECT_TRUE(expected.count(pair)) << "sampled a pair outside the target's support";
   }
-  if (pooled_expected > 0) {
-    chi +=
-        (pooled_observed - pooled_expected) * (pooled_observed - pooled_expected) / pooled_expected;
-    ++cells;
-  }
-  EXPECT_LT(chi, chi_square_critical(cells - 1)) << cells << " cells";
+  const ChiSquare fit = chi_square(expected, observed, samples);
+  EXPECT_LT(fit.statistic, chi_square_critical(fit.cells - 1)) << fit.cells << " cells";
   EXPECT_GT(generator.stats().drafted, 0);
 }
 
@@ -805,29 +817,12 @@ TEST(ConstrainedDecoding, SampledTokensFollowTheRestrictedDistribution) {
     ASSERT_GE(result.tokens.size(), 2u);
     ++observed[{result.tokens[0], result.tokens[1]}];
   }
-  double chi = 0, pooled_expected = 0, pooled_observed = 0;
-  int cells = 0;
-  for (const auto& [pair, p] : expected) {
-    const double e = p * samples;
-    const double o = observed.count(pair) ? observed[pair] : 0;
-    if (e >= 5) {
-      chi += (o - e) * (o - e) / e;
-      ++cells;
-    } else {
-      pooled_expected += e;
-      pooled_observed += o;
-    }
-  }
   for (const auto& [pair, count] : observed) {
     EXPECT_TRUE(expected.count(pair)) << "sampled a pair outside the restricted support";
   }
-  if (pooled_expected > 0) {
-    chi +=
-        (pooled_observed - pooled_expected) * (pooled_observed - pooled_expected) / pooled_expected;
-    ++cells;
-  }
-  ASSERT_GT(cells, 2);
-  EXPECT_LT(chi, chi_square_critical(cells - 1)) << cells << " cells";
+  const ChiSquare fit = chi_square(expected, observed, samples);
+  ASSERT_GT(fit.cells, 2);
+  EXPECT_LT(fit.statistic, chi_square_critical(fit.cells - 1)) << fit.cells << " cells";
   EXPECT_GT(generator.stats().drafted, 0);
 }
 
