@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Installs what dspark needs on a fresh Debian machine and builds it.
-#   scripts/setup.sh            Debian packages + Release build in build/
-#   scripts/setup.sh --venv     also the Python venv with the test oracles (PyPI)
+#   scripts/setup.sh            Debian packages + the dspark binary (Release, in build/)
+#   scripts/setup.sh --tests    also the Python venv with the test oracles (PyPI, exact versions
+#                               and hashes from scripts/requirements-test*.lock) and every test
+#                               and benchmark program
 # Environment: DSPARK_VENV (default ~/.cache/dspark/venv), DSPARK_BUILD (default build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(build-essential cmake ninja-build pkg-config git python3 python3-venv python3-pip
   nlohmann-json3-dev libcpp-httplib-dev libcli11-dev libfmt-dev libpcre2-dev libicu-dev libssl-dev
-  libgtest-dev libgmock-dev libbenchmark-dev librsvg2-bin)
+  libgtest-dev libgmock-dev libbenchmark-dev librsvg2-bin ccache)
 
 missing=()
 for package in "${APT_PACKAGES[@]}"; do
@@ -22,23 +24,32 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-if [[ "${1:-}" == "--venv" ]]; then
-  VENV="${DSPARK_VENV:-$HOME/.cache/dspark/venv}"
+with_tests=0
+[[ "${1:-}" == "--tests" ]] && with_tests=1
+
+VENV="${DSPARK_VENV:-$HOME/.cache/dspark/venv}"
+if ((with_tests)); then
   stamp="$VENV/.requirements.sha256"
-  wanted=$(cat scripts/requirements-test.txt scripts/requirements-test-nodeps.txt | sha256sum | cut -d' ' -f1)
+  wanted=$(cat scripts/requirements-test.lock scripts/requirements-test-nodeps.lock | sha256sum | cut -d' ' -f1)
   if [[ ! -x "$VENV/bin/python" || ! -f "$stamp" || "$(cat "$stamp")" != "$wanted" ]]; then
+    # A venv made from other pins is made anew, so that nothing outside the lock lingers.
     echo "setup: creating the test venv in $VENV (PyPI oracles; llama-cpp-python compiles, be patient)"
     PYTHON=python3
     command -v python3.11 >/dev/null && PYTHON=python3.11
+    rm -rf "$VENV"
     "$PYTHON" -m venv "$VENV"
-    "$VENV/bin/pip" install -q --upgrade pip
-    "$VENV/bin/pip" install -q -r scripts/requirements-test.txt
-    "$VENV/bin/pip" install -q --no-deps -r scripts/requirements-test-nodeps.txt
+    "$VENV/bin/pip" install -q --require-hashes -r scripts/requirements-test.lock
+    "$VENV/bin/pip" install -q --require-hashes --no-deps -r scripts/requirements-test-nodeps.lock
     echo "$wanted" > "$stamp"
   fi
 fi
 
 BUILD="${DSPARK_BUILD:-build}"
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DDSPARK_VENV="${DSPARK_VENV:-$HOME/.cache/dspark/venv}" >/dev/null
-cmake --build "$BUILD" -j"$(nproc)"
+# ccache makes a rebuild of an unchanged file (another checkout, a clean clone) a cache hit.
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSPARK_VENV="$VENV" \
+  -DCMAKE_CXX_COMPILER_LAUNCHER=ccache >/dev/null
+if ((with_tests)); then
+  cmake --build "$BUILD" -j"$(nproc)"
+else
+  cmake --build "$BUILD" -j"$(nproc)" --target dspark
+fi

@@ -1,17 +1,78 @@
 #!/usr/bin/env bash
-# The test command: installs everything the tests need (Debian packages, the PyPI oracle venv, the
-# default model), builds Release and runs every test (unit + oracle), then builds the tests with
-# AddressSanitizer + UndefinedBehaviorSanitizer and runs the unit tests again (those on the real
-# default model are left to the Release run: they are the slow ones under a sanitizer).
-set -euo pipefail
+# The test command. Installs everything the tests need (Debian packages, the PyPI oracle venv
+# pinned by scripts/requirements-test*.lock, the default model), builds Release and runs every
+# test (unit + oracle) on this CPU's best kernels, runs the unit tests again on each narrower ISA
+# the CPU also has (avx2, scalar), then builds with AddressSanitizer + UndefinedBehaviorSanitizer
+# and runs the unit tests once more (those on the real default model are left to the Release
+# run: they are the slow ones under a sanitizer).
+#
+# Every stage runs even when an earlier one failed; the script ends with a summary and exits
+# non-zero naming the stages that failed. DSPARK_ISA=avx2|scalar set for the whole run makes
+# that ISA the "best" one (it simulates a CPU without the wider ones).
+set -uo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh --venv
-scripts/install_default_model.sh
 jobs="$(nproc)"
-(cd build && ctest --output-on-failure -j"$jobs" --timeout 1500)
+venv="${DSPARK_VENV:-$HOME/.cache/dspark/venv}"
+failed=()
+timings=()
 
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDSPARK_SANITIZE=ON \
-  -DDSPARK_BUILD_BENCH=OFF -DDSPARK_VENV="${DSPARK_VENV:-$HOME/.cache/dspark/venv}" >/dev/null
-cmake --build build-asan -j"$jobs"
-(cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -L unit -E DefaultModel \
-  -j"$jobs" --timeout 1500)
+stage() {
+  local name="$1"
+  shift
+  echo "=== test.sh: stage '$name'"
+  local start=$SECONDS
+  if "$@"; then
+    timings+=("$name: passed in $((SECONDS - start)) s")
+  else
+    timings+=("$name: FAILED after $((SECONDS - start)) s")
+    failed+=("$name")
+  fi
+}
+
+# The ISAs this CPU runs, widest first (the same test as the kernels' dispatch).
+cpu_isas() {
+  local flags
+  flags="$(grep -m1 '^flags' /proc/cpuinfo)"
+  has() { [[ " $flags " == *" $1 "* ]]; }
+  if has avx512f && has avx512bw && has avx512vl && has avx512dq && has fma && has f16c; then
+    echo avx512
+  fi
+  if has avx2 && has fma && has f16c; then echo avx2; fi
+  echo scalar
+}
+
+release_tests() {
+  (cd build && ctest --output-on-failure -j"$jobs" --timeout 1500)
+}
+
+unit_tests_on() {
+  (cd build && DSPARK_ISA="$1" ctest --output-on-failure -L unit -j"$jobs" --timeout 1500)
+}
+
+asan_tests() {
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDSPARK_SANITIZE=ON \
+    -DDSPARK_BUILD_BENCH=OFF -DDSPARK_VENV="$venv" -DCMAKE_CXX_COMPILER_LAUNCHER=ccache >/dev/null &&
+    cmake --build build-asan -j"$jobs" &&
+    (cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -L unit \
+      -E DefaultModel -j"$jobs" --timeout 1500)
+}
+
+stage setup scripts/setup.sh --tests
+stage default-model scripts/install_default_model.sh
+mapfile -t isas < <(cpu_isas)
+best="${DSPARK_ISA:-${isas[0]}}"
+stage "release ($best)" release_tests
+narrower=0
+for isa in "${isas[@]}"; do
+  if ((narrower)); then stage "unit ($isa)" unit_tests_on "$isa"; fi
+  [[ "$isa" == "$best" ]] && narrower=1
+done
+stage asan asan_tests
+
+echo "=== test.sh: summary"
+printf '  %s\n' "${timings[@]}"
+if ((${#failed[@]})); then
+  echo "test.sh: failed stages: ${failed[*]}"
+  exit 1
+fi
+echo "test.sh: every stage passed"

