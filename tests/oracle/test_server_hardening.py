@@ -253,6 +253,13 @@ def test_20000_deep_nesting_in_a_field_is_400(server, field):
     server.assert_alive()
 
 
+def test_a_whole_body_nested_a_million_deep_is_400(server):
+    status, _, reply = server.request("POST", "/v1/chat/completions", b"[" * 1000000 + b"]" * 1000000)
+    assert status == 400, reply
+    assert f"deeper than {DEPTH_LIMIT} levels" in openai_error(reply)
+    server.assert_alive()
+
+
 @pytest.mark.parametrize("field", sorted(DEEP_SCHEMAS))
 def test_50000_deep_schema_is_400(server, field):
     route, shape, template = DEEP_SCHEMAS[field]
@@ -492,7 +499,7 @@ def test_sigterm_cuts_an_anthropic_stream_with_an_error_event(smollm2):
         s.proc.send_signal(signal.SIGTERM)
         rest = [(event, json.loads(data)) for event, data in frames]
         assert s.proc.wait(timeout=10) == 0
-        assert time.time() - signalled <= 1.0 + 0.5
+        assert time.time() - signalled <= 0 + 1.0  # grace + 1 s
         assert rest[-1][0] == "error"
         assert rest[-1][1]["type"] == "error"
         assert rest[-1][1]["error"]["type"] == "overloaded_error"
@@ -529,8 +536,8 @@ def test_sigterm_drains_a_short_generation_and_refuses_new_ones(smollm2):
         assert s.proc.wait(timeout=30) == 0
         # Drained as soon as the work was done, not after the whole grace period.
         assert time.time() - signalled < 15
-        if refused is not None:
-            assert "shutting down" in openai_error(refused)
+        assert refused is not None, "no request was refused while draining"
+        assert "shutting down" in openai_error(refused)
     finally:
         s.stop()
 
