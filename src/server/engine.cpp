@@ -32,9 +32,9 @@ bool Job::wait_picked_up(std::chrono::milliseconds timeout) {
   return ready_.wait_for(lock, timeout, [&] { return running_ || summary_ || delivered_; });
 }
 
-bool Job::ran() {
+bool Job::finished_unstarted() {
   std::lock_guard lock(mutex_);
-  return running_;
+  return !running_ && (summary_ || delivered_);
 }
 
 void Job::mark_running() {

@@ -53,9 +53,9 @@ class Job {
   bool wait(std::vector<OutputEvent>& events, std::optional<GenerationSummary>& done,
             std::chrono::milliseconds timeout);
   // Waits up to `timeout` for the worker to take the job up; true once it has, or once the job
-  // ended without running (cancelled while queued: ran() stays false).
+  // ended without running (cancelled while queued: finished_unstarted()).
   bool wait_picked_up(std::chrono::milliseconds timeout);
-  bool ran();
+  bool finished_unstarted();
   void cancel() { cancelled_ = true; }
   bool cancelled() const { return cancelled_; }
 

@@ -355,16 +355,21 @@ struct Server::Impl {
     }
     const int fd = find_client_socket(req, port);
     if (!job->request.stream) return respond(req, res, route, job, id, request_id, fd, start);
-    // A stream's 200 goes out with its first frame, so it waits for the worker to take the job
-    // up: a job cut while still queued (a shutdown) can then answer 503 instead.
+    // A stream's 200 goes out with its first frame, so it waits a while for the worker to take
+    // the job up: a job cut while still queued (a shutdown) can then answer 503, which clients
+    // retry. Past the keep-alive interval the stream starts anyway, to keep idle-timing proxies
+    // in between from dropping it; a cut then ends it with an error event.
     bool client_left = false;
-    while (!job->wait_picked_up(std::chrono::milliseconds(100))) {
+    const double stream_by = now_seconds() + owner.options_.keepalive_seconds;
+    while (!job->wait_picked_up(std::chrono::milliseconds(100)) && now_seconds() < stream_by) {
       if (client_gone(fd)) {
         client_left = true;
         job->cancel();
       }
     }
-    if (!job->ran()) return respond(req, res, route, job, id, request_id, fd, start, client_left);
+    if (job->finished_unstarted()) {
+      return respond(req, res, route, job, id, request_id, fd, start, client_left);
+    }
     stream(req, res, route, job, id, request_id, fd, start);
   }
 

@@ -27,13 +27,13 @@ NO_END = {"0": -100, "1": -100, "2": -100}
 class Serve:
     """One `dspark serve` process on an ephemeral loopback port, no API key."""
 
-    def __init__(self, model_dir, *extra, port=None):
+    def __init__(self, model_dir, *extra, port=None, keepalive=1):
         self.port = port or free_port()
         self.log_path = pathlib.Path(model_dir).parent / f"hardening-{self.port}.log"
         self.log = open(self.log_path, "w+")
         self.proc = subprocess.Popen(
             [str(BUILD_DIR / "dspark"), "serve", "--model", str(model_dir), "--port", str(self.port),
-             "--threads", "2", "--keepalive", "1", *extra],
+             "--threads", "2", "--keepalive", str(keepalive), *extra],
             stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 60
         while time.time() < deadline:
@@ -446,7 +446,9 @@ LONG_CHAT = {"messages": QUESTION, "max_tokens": 4000, "temperature": 1.0, "logi
 
 def test_sigterm_cuts_streams_with_an_error_and_queued_requests_get_503(smollm2):
     grace = 1.0
-    s = Serve(smollm2, "--shutdown-grace", str(grace))
+    # Streams wait up to the keep-alive interval for their job before answering: long enough here
+    # for the queued stream to still be waiting when it is cut.
+    s = Serve(smollm2, "--shutdown-grace", str(grace), keepalive=30)
     try:
         conn, resp = open_stream(s, "/v1/chat/completions", {**LONG_CHAT, "stream": True})
         frames = sse_frames(resp)
@@ -483,21 +485,26 @@ def test_sigterm_cuts_streams_with_an_error_and_queued_requests_get_503(smollm2)
         s.stop()
 
 
-def test_sigterm_cuts_an_anthropic_stream_with_an_error_event(smollm2):
-    s = Serve(smollm2, "--shutdown-grace", "0")
+def test_sigterm_cuts_an_anthropic_stream_and_a_long_queued_stream_with_error_events(smollm2):
+    s = Serve(smollm2, "--shutdown-grace", "0", keepalive=1)
     try:
         conn, resp = open_stream(s, "/v1/messages", {
             "messages": QUESTION, "max_tokens": 4000, "stream": True, "temperature": 1.0,
             "logit_bias": NO_END})
         frames = sse_frames(resp)
-        seen = []
         for event, data in frames:
-            seen.append(event)
             if event == "content_block_delta":
                 break
+        # Queued for longer than the keep-alive interval: its 200 and first frames went out.
+        queued_conn, queued_resp = open_stream(s, "/v1/chat/completions", {
+            "messages": QUESTION, "max_tokens": 8, "stream": True})
+        queued_frames = sse_frames(queued_resp)
+        assert json.loads(next(queued_frames)[1])["choices"][0]["delta"]["role"] == "assistant"
+        wait_for_metric(s, "dspark_requests_waiting", 1)
         signalled = time.time()
         s.proc.send_signal(signal.SIGTERM)
         rest = [(event, json.loads(data)) for event, data in frames]
+        queued_rest = [data for _, data in queued_frames]
         assert s.proc.wait(timeout=10) == 0
         assert time.time() - signalled <= 0 + 1.0  # grace + 1 s
         assert rest[-1][0] == "error"
@@ -505,7 +512,12 @@ def test_sigterm_cuts_an_anthropic_stream_with_an_error_event(smollm2):
         assert rest[-1][1]["error"]["type"] == "overloaded_error"
         assert "message_stop" not in [event for event, _ in rest]
         assert "message_delta" not in [event for event, _ in rest]
+        assert "[DONE]" not in queued_rest
+        assert json.loads(queued_rest[-2])["choices"][0]["finish_reason"] == "error"
+        assert json.loads(queued_rest[-1])["error"]["code"] is None
+        assert "shut down" in json.loads(queued_rest[-1])["error"]["message"]
         conn.close()
+        queued_conn.close()
     finally:
         s.stop()
 
