@@ -99,13 +99,18 @@ void run_serve(const ServeOptions& options) {
 
   std::atomic<bool> stopping{false};
   std::atomic<bool> loader_done{false};
+  std::string load_error;  // written by the loader, read after joining it
   std::thread signal_thread([&] {
     int received = 0;
     sigwait(&signals, &received);
+    stopping = true;
+    if (loader_done && !load_error.empty()) {
+      server.shutdown(0);  // the loader's own signal: nothing to drain
+      return;
+    }
     fmt::print(stderr, "dspark serve: signal {} received, shutting down (grace {} s)\n", received,
                options.shutdown_grace);
     std::fflush(stderr);
-    stopping = true;
     // A second signal ends the grace period early.
     const timespec no_wait{0, 0};
     server.shutdown(options.shutdown_grace,
@@ -130,8 +135,8 @@ void run_serve(const ServeOptions& options) {
             std::make_unique<server::Engine>(std::move(bundle), loaded, server.metrics()));
       }
     } catch (const std::exception& e) {
-      fmt::print(stderr, "dspark serve: error: could not load the model: {}\n", e.what());
-      std::fflush(stderr);
+      load_error = e.what();
+      loader_done = true;
       kill(getpid(), SIGTERM);
     }
     loader_done = true;
@@ -147,6 +152,7 @@ void run_serve(const ServeOptions& options) {
     std::_Exit(0);
   }
   loader.join();
+  if (!load_error.empty()) fail("could not load the model: {}", load_error);
   fmt::print(stderr, "dspark serve: stopped\n");
 }
 

@@ -392,6 +392,13 @@ def test_busy_port_is_an_error_not_a_shared_listener(server, smollm2):
     server.assert_alive()
 
 
+def test_a_model_that_fails_to_load_exits_non_zero(tmp_path):
+    run = subprocess.run([str(BUILD_DIR / "dspark"), "serve", "--model", str(tmp_path / "missing"),
+                          "--port", "0"], capture_output=True, text=True, timeout=30)
+    assert run.returncode == 1
+    assert "could not load the model" in run.stderr and "missing" in run.stderr, run.stderr
+
+
 # Shutdown -----------------------------------------------------------------------------------------
 
 def sse_frames(resp):
