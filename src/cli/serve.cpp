@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <thread>
@@ -100,6 +101,8 @@ void run_serve(const ServeOptions& options) {
   std::atomic<bool> stopping{false};
   std::atomic<bool> loader_done{false};
   std::string load_error;  // written by the loader, read after joining it
+  // Shared with the exit watchdog, which may outlive this frame.
+  auto http_done = std::make_shared<std::atomic<bool>>(false);
   std::thread signal_thread([&] {
     int received = 0;
     sigwait(&signals, &received);
@@ -111,6 +114,17 @@ void run_serve(const ServeOptions& options) {
     fmt::print(stderr, "dspark serve: signal {} received, shutting down (grace {} s)\n", received,
                options.shutdown_grace);
     std::fflush(stderr);
+    // The exit is promised within the grace period plus a second. What can outlast it is a
+    // forward pass that cannot be interrupted (one prefill chunk of a big model) or a slow
+    // teardown; past the promise the process ends anyway, exit status 1 if answers were pending.
+    std::thread([http_done, deadline = options.shutdown_grace + 0.95] {
+      std::this_thread::sleep_for(std::chrono::duration<double>(deadline));
+      const bool answered = *http_done;
+      fmt::print(stderr, "dspark serve: forced exit after the grace period ({})\n",
+                 answered ? "every answer was sent" : "some answers were still pending");
+      std::fflush(stderr);
+      std::_Exit(answered ? 0 : 1);
+    }).detach();
     // A second signal ends the grace period early.
     const timespec no_wait{0, 0};
     server.shutdown(options.shutdown_grace,
@@ -142,6 +156,7 @@ void run_serve(const ServeOptions& options) {
     loader_done = true;
   });
   server.listen();
+  *http_done = true;
   if (!stopping) kill(getpid(), SIGTERM);  // listening ended by itself: release the signal thread
   signal_thread.join();
   if (!loader_done) {

@@ -119,7 +119,7 @@ std::string bind_failure_reason(const std::string& host, int port) {
   return reason;
 }
 
-// Iterative '*' glob (no recursion, linear backtracking to the last star).
+// Iterative '*' glob: no recursion, backtracking only to the last star.
 bool glob_match(const std::string& pattern, const std::string& text) {
   size_t p = 0, t = 0, star = std::string::npos, resume = 0;
   while (t < text.size()) {
