@@ -492,7 +492,7 @@ def test_sigterm_cuts_streams_with_an_error_and_queued_requests_get_503(smollm2)
         s.stop()
 
 
-def test_sigterm_cuts_an_anthropic_stream_and_a_long_queued_stream_with_error_events(smollm2):
+def test_sigterm_cuts_an_anthropic_stream_and_long_queued_streams_with_error_events(smollm2):
     s = Serve(smollm2, "--shutdown-grace", "0", keepalive=1)
     try:
         conn, resp = open_stream(s, "/v1/messages", {
@@ -507,11 +507,16 @@ def test_sigterm_cuts_an_anthropic_stream_and_a_long_queued_stream_with_error_ev
             "messages": QUESTION, "max_tokens": 8, "stream": True})
         queued_frames = sse_frames(queued_resp)
         assert json.loads(next(queued_frames)[1])["choices"][0]["delta"]["role"] == "assistant"
-        wait_for_metric(s, "dspark_requests_waiting", 1)
+        responses_conn, responses_resp = open_stream(s, "/v1/responses", {
+            "input": "hi", "max_output_tokens": 8, "stream": True})
+        responses_frames = sse_frames(responses_resp)
+        assert next(responses_frames)[0] == "response.created"
+        wait_for_metric(s, "dspark_requests_waiting", 2)
         signalled = time.time()
         s.proc.send_signal(signal.SIGTERM)
         rest = [(event, json.loads(data)) for event, data in frames]
         queued_rest = [data for _, data in queued_frames]
+        responses_rest = [(event, json.loads(data)) for event, data in responses_frames]
         assert s.proc.wait(timeout=10) == 0
         assert time.time() - signalled <= 0 + 1.0  # grace + 1 s
         assert rest[-1][0] == "error"
@@ -523,8 +528,12 @@ def test_sigterm_cuts_an_anthropic_stream_and_a_long_queued_stream_with_error_ev
         assert json.loads(queued_rest[-2])["choices"][0]["finish_reason"] == "error"
         assert json.loads(queued_rest[-1])["error"]["code"] is None
         assert "shut down" in json.loads(queued_rest[-1])["error"]["message"]
+        assert responses_rest[-1][0] == "error"
+        assert "shut down" in responses_rest[-1][1]["message"]
+        assert "response.completed" not in [event for event, _ in responses_rest]
         conn.close()
         queued_conn.close()
+        responses_conn.close()
     finally:
         s.stop()
 
