@@ -1,11 +1,15 @@
 // `dspark serve`: the OpenAI- and Anthropic-compatible HTTP server (server-api.md). The server
-// listens first and loads the model after, so /health answers 503 while loading; SIGINT and
-// SIGTERM stop it gracefully (queued and running requests are cancelled, then it exits).
+// listens first and loads the model after, so /health answers 503 while loading. SIGINT and
+// SIGTERM drain it: new generations get 503, queued and running ones may finish within
+// --shutdown-grace seconds (a second signal cuts the wait short), then what is left is cancelled
+// with honest endings (503, or an error event in a stream) and the process exits.
 #include <fmt/format.h>
 #include <pthread.h>
 #include <signal.h>
 
+#include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <thread>
 
 #include "base/error.h"
@@ -39,7 +43,24 @@ struct ServeOptions {
   size_t max_queue = 64;
   double max_body_mb = 8.0;
   int threads = 0;
+  double shutdown_grace = 5.0;
+  std::string cors_origins;
 };
+
+std::vector<std::string> split_origins(const std::string& list) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= list.size()) {
+    size_t end = list.find(',', start);
+    if (end == std::string::npos) end = list.size();
+    std::string item = list.substr(start, end - start);
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    if (!item.empty()) out.push_back(item);
+    start = end + 1;
+  }
+  return out;
+}
 
 void run_serve(const ServeOptions& options) {
   // Signals go to one waiting thread, not to whichever thread happens to run; every thread made
@@ -70,6 +91,7 @@ void run_serve(const ServeOptions& options) {
   server::ServerOptions http = options.http;
   http.max_body_bytes = static_cast<size_t>(options.max_body_mb * 1024 * 1024);
   if (http.http_threads == 0) http.http_threads = static_cast<int>(options.max_queue) + 16;
+  http.cors_origins = split_origins(options.cors_origins);
   server::Server server(http);
   const int port = server.bind();
   fmt::print(stderr, "dspark serve: listening on http://{}:{} (loading the model)\n", http.host,
@@ -77,14 +99,36 @@ void run_serve(const ServeOptions& options) {
   std::fflush(stderr);
 
   std::atomic<bool> stopping{false};
+  std::atomic<bool> loader_done{false};
+  std::string load_error;  // written by the loader, read after joining it
+  // Shared with the exit watchdog, which may outlive this frame.
+  auto http_done = std::make_shared<std::atomic<bool>>(false);
   std::thread signal_thread([&] {
     int received = 0;
     sigwait(&signals, &received);
-    if (received == SIGINT || received == SIGTERM) {
-      fmt::print(stderr, "dspark serve: signal {} received, shutting down\n", received);
-      stopping = true;
-      server.stop();
+    stopping = true;
+    if (loader_done && !load_error.empty()) {
+      server.shutdown(0);  // the loader's own signal: nothing to drain
+      return;
     }
+    fmt::print(stderr, "dspark serve: signal {} received, shutting down (grace {} s)\n", received,
+               options.shutdown_grace);
+    std::fflush(stderr);
+    // The exit is promised within the grace period plus a second. What can outlast it is a
+    // forward pass that cannot be interrupted (one prefill chunk of a big model) or a slow
+    // teardown; past the promise the process ends anyway, exit status 1 if answers were pending.
+    std::thread([http_done, deadline = options.shutdown_grace + 0.95] {
+      std::this_thread::sleep_for(std::chrono::duration<double>(deadline));
+      const bool answered = *http_done;
+      fmt::print(stderr, "dspark serve: forced exit after the grace period ({})\n",
+                 answered ? "every answer was sent" : "some answers were still pending");
+      std::fflush(stderr);
+      std::_Exit(answered ? 0 : 1);
+    }).detach();
+    // A second signal ends the grace period early.
+    const timespec no_wait{0, 0};
+    server.shutdown(options.shutdown_grace,
+                    [&] { return sigtimedwait(&signals, nullptr, &no_wait) > 0; });
   });
   std::thread loader([&] {
     try {
@@ -105,15 +149,25 @@ void run_serve(const ServeOptions& options) {
             std::make_unique<server::Engine>(std::move(bundle), loaded, server.metrics()));
       }
     } catch (const std::exception& e) {
-      fmt::print(stderr, "dspark serve: error: could not load the model: {}\n", e.what());
-      std::fflush(stderr);
+      load_error = e.what();
+      loader_done = true;
       kill(getpid(), SIGTERM);
     }
+    loader_done = true;
   });
   server.listen();
-  loader.join();
-  if (!stopping) kill(getpid(), SIGTERM);
+  *http_done = true;
+  if (!stopping) kill(getpid(), SIGTERM);  // listening ended by itself: release the signal thread
   signal_thread.join();
+  if (!loader_done) {
+    // Still loading (or downloading, which resumes next time): waiting for it would break the
+    // promise to exit within the grace period, and nothing of it needs saving.
+    fmt::print(stderr, "dspark serve: stopped while loading the model\n");
+    std::fflush(stderr);
+    std::_Exit(0);
+  }
+  loader.join();
+  if (!load_error.empty()) fail("could not load the model: {}", load_error);
   fmt::print(stderr, "dspark serve: stopped\n");
 }
 
@@ -128,9 +182,19 @@ void add_serve_command(CLI::App& app) {
   command->add_option("--models-dir", options->models_dir, "Models directory");
   command->add_option("--host", options->http.host, "Address to listen on")->capture_default_str();
   command->add_option("--port", options->http.port, "Port (0 = any free port)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
   command->add_option("--api-key", options->http.api_key,
                       "Require this key (Authorization: Bearer or x-api-key)");
+  command->add_option("--cors-origins", options->cors_origins,
+                      "Browser origins allowed besides loopback ones, comma-separated; '*' is a "
+                      "wildcard (\"*\" = any origin)");
+  command
+      ->add_option("--shutdown-grace", options->shutdown_grace,
+                   "Seconds SIGTERM / SIGINT let running and queued requests finish before "
+                   "cancelling them")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 3600.0));
   add_decode_flags(*command, options->decode);
   command
       ->add_option("--default-max-tokens", options->default_max_tokens,

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include "server/dialect.h"
+#include "server/json_input.h"
 
 namespace dspark::server::anthropic {
 namespace {
@@ -106,6 +107,7 @@ Json usage_json(const Usage& usage) {
 }
 
 Json tool_input(const std::string& arguments) {
+  if (nests_too_deep(arguments)) return Json::object();
   try {
     Json input = Json::parse(arguments);
     if (input.is_object()) return input;
@@ -283,15 +285,7 @@ ChatRequest parse_messages(const Json& body, bool count_only) {
     request.stop = json_string_list(body["stop_sequences"], "stop_sequences");
   if (body.contains("stream") && !body["stream"].is_null())
     request.stream = json_bool(body["stream"], "stream");
-  RequestSampling& s = request.sampling;
-  if (body.contains("temperature") && !body["temperature"].is_null()) {
-    s.temperature = json_float(body["temperature"], "temperature");
-    if (*s.temperature < 0) throw ApiError(400, "'temperature' must be >= 0");
-  }
-  if (body.contains("top_p") && !body["top_p"].is_null())
-    s.top_p = json_float(body["top_p"], "top_p");
-  if (body.contains("top_k") && !body["top_k"].is_null())
-    s.top_k = static_cast<int>(json_int(body["top_k"], "top_k"));
+  parse_core_sampling(body, request.sampling);
   if (body.contains("thinking") && body["thinking"].is_object()) {
     const std::string type = body["thinking"].value("type", "");
     if (type == "disabled") {

@@ -27,6 +27,22 @@ bool Job::wait(std::vector<OutputEvent>& events, std::optional<GenerationSummary
   return delivered_;
 }
 
+bool Job::wait_picked_up(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  return ready_.wait_for(lock, timeout, [&] { return running_ || summary_ || delivered_; });
+}
+
+bool Job::finished_unstarted() {
+  std::lock_guard lock(mutex_);
+  return !running_ && (summary_ || delivered_);
+}
+
+void Job::mark_running() {
+  std::lock_guard lock(mutex_);
+  running_ = true;
+  ready_.notify_all();
+}
+
 void Job::push(std::vector<OutputEvent> events) {
   if (events.empty()) return;
   std::lock_guard lock(mutex_);
@@ -299,6 +315,11 @@ bool Engine::busy() {
   return running_ != nullptr;
 }
 
+bool Engine::idle() {
+  std::lock_guard lock(mutex_);
+  return running_ == nullptr && queue_.empty();
+}
+
 void Engine::publish_queue() {
   std::lock_guard lock(mutex_);
   metrics_.set_queue(static_cast<int64_t>(queue_.size()), running_ ? 1 : 0);
@@ -322,6 +343,7 @@ void Engine::worker() {
       summary.usage.prompt_tokens = static_cast<int64_t>(job->prompt.ids.size());
       job->finish(std::move(summary));
     } else {
+      job->mark_running();
       run(*job);
     }
     {

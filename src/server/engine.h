@@ -52,6 +52,10 @@ class Job {
   // Returns true once the summary has been delivered.
   bool wait(std::vector<OutputEvent>& events, std::optional<GenerationSummary>& done,
             std::chrono::milliseconds timeout);
+  // Waits up to `timeout` for the worker to take the job up; true once it has, or once the job
+  // ended without running (cancelled while queued: finished_unstarted()).
+  bool wait_picked_up(std::chrono::milliseconds timeout);
+  bool finished_unstarted();
   void cancel() { cancelled_ = true; }
   bool cancelled() const { return cancelled_; }
 
@@ -64,6 +68,7 @@ class Job {
 
  private:
   friend class Engine;
+  void mark_running();
   void push(std::vector<OutputEvent> events);
   void finish(GenerationSummary summary);
 
@@ -72,6 +77,7 @@ class Job {
   std::vector<OutputEvent> events_;
   std::optional<GenerationSummary> summary_;
   bool delivered_ = false;
+  bool running_ = false;
   bool saw_tool_call_ = false;  // written and read by the worker only
   std::atomic<bool> cancelled_{false};
 };
@@ -97,6 +103,8 @@ class Engine {
   nlohmann::json health() const;
   // Whether a generation is running (llama.cpp's /slots: one slot).
   bool busy();
+  // Nothing queued and nothing running (a shutdown's drain is over).
+  bool idle();
 
  private:
   void worker();

@@ -1,20 +1,19 @@
 // The OpenAI dialect: chat completions and legacy completions (server-api.md §1).
 #include <fmt/format.h>
 
-#include <charconv>
-#include <climits>
 #include <ctime>
 
 #include "server/dialect.h"
+#include "server/json_input.h"
 
 namespace dspark::server {
 
 std::string sse_data(const nlohmann::json& data) {
-  return "data: " + data.dump() + "\n\n";
+  return "data: " + dump_json(data) + "\n\n";
 }
 
 std::string sse_event(const std::string& name, const nlohmann::json& data) {
-  return "event: " + name + "\ndata: " + data.dump() + "\n\n";
+  return "event: " + name + "\ndata: " + dump_json(data) + "\n\n";
 }
 
 namespace openai {
@@ -64,10 +63,18 @@ OrderedJson normalise_tool_calls(const Json& calls) {
     if (function.contains("arguments")) {
       const Json& raw = function["arguments"];
       if (raw.is_string()) {
+        const std::string& text = raw.get_ref<const std::string&>();
+        if (nests_too_deep(text)) {
+          throw ApiError(400,
+                         fmt::format("tool call arguments nest deeper than {} levels of arrays "
+                                     "and objects",
+                                     kMaxJsonDepth),
+                         "", "tool_calls");
+        }
         try {
-          arguments = OrderedJson::parse(raw.get<std::string>());
+          arguments = OrderedJson::parse(text);
         } catch (const nlohmann::json::exception&) {
-          arguments = raw.get<std::string>();
+          arguments = text;
         }
       } else {
         arguments = OrderedJson(raw);
@@ -85,21 +92,7 @@ OrderedJson normalise_tool_calls(const Json& calls) {
 
 void parse_sampling(const Json& body, ChatRequest& request) {
   RequestSampling& s = request.sampling;
-  if (body.contains("temperature") && !body["temperature"].is_null()) {
-    s.temperature = json_float(body["temperature"], "temperature");
-    if (*s.temperature < 0) throw ApiError(400, "'temperature' must be >= 0", "", "temperature");
-  }
-  if (body.contains("top_p") && !body["top_p"].is_null()) {
-    s.top_p = json_float(body["top_p"], "top_p");
-    if (*s.top_p <= 0 || *s.top_p > 1)
-      throw ApiError(400, "'top_p' must be in (0, 1]", "", "top_p");
-  }
-  if (body.contains("top_k") && !body["top_k"].is_null()) {
-    s.top_k = static_cast<int>(json_int(body["top_k"], "top_k"));
-    if (*s.top_k < 0) s.top_k = 0;
-  }
-  if (body.contains("min_p") && !body["min_p"].is_null())
-    s.min_p = json_float(body["min_p"], "min_p");
+  parse_core_sampling(body, s);
   auto penalty = [&](const char* field, float& out, float lo, float hi) {
     if (body.contains(field) && !body[field].is_null()) {
       out = json_float(body[field], field);
@@ -111,27 +104,6 @@ void parse_sampling(const Json& body, ChatRequest& request) {
   penalty("frequency_penalty", s.frequency_penalty, -2, 2);
   penalty("repetition_penalty", s.repetition_penalty, 0.01f, 10);
   penalty("repeat_penalty", s.repetition_penalty, 0.01f, 10);
-  if (body.contains("logit_bias") && !body["logit_bias"].is_null()) {
-    if (!body["logit_bias"].is_object()) {
-      throw ApiError(400, "'logit_bias' must be an object of token id -> bias", "", "logit_bias");
-    }
-    for (const auto& [key, value] : body["logit_bias"].items()) {
-      int64_t id = -1;
-      const auto [end, error] = std::from_chars(key.data(), key.data() + key.size(), id);
-      if (error != std::errc() || end != key.data() + key.size() || id < 0 || id > INT32_MAX) {
-        throw ApiError(400, fmt::format("logit_bias key '{}' is not a token id", key), "",
-                       "logit_bias");
-      }
-      const float bias = json_float(value, "logit_bias");
-      if (bias < -100 || bias > 100) {
-        throw ApiError(400, "logit_bias values must be in [-100, 100]", "", "logit_bias");
-      }
-      s.logit_bias.emplace_back(static_cast<int32_t>(id), bias);
-    }
-  }
-  if (body.contains("seed") && !body["seed"].is_null()) {
-    s.seed = static_cast<uint64_t>(json_int(body["seed"], "seed"));
-  }
 }
 
 void parse_common(const Json& body, ChatRequest& request) {
@@ -283,8 +255,10 @@ class ChatStream : public StreamSerializer {
 
   std::string keepalive() override { return ": keepalive\n\n"; }
 
+  // A cut stream says so twice: finish_reason "error" for clients that read choices, then the
+  // error object that the SDKs raise on. No [DONE]: the answer is not complete.
   std::string error(int status, const std::string& message) override {
-    return sse_data(error_body(Dialect::openai, status, message));
+    return chunk(Json::object(), "error") + sse_data(error_body(Dialect::openai, status, message));
   }
 
  private:
@@ -319,7 +293,7 @@ class CompletionStream : public StreamSerializer {
   }
   std::string keepalive() override { return ": keepalive\n\n"; }
   std::string error(int status, const std::string& message) override {
-    return sse_data(error_body(Dialect::openai, status, message));
+    return chunk("", "error") + sse_data(error_body(Dialect::openai, status, message));
   }
 
  private:
@@ -342,6 +316,9 @@ const char* finish_reason(Finish finish) {
       return "length";
     case Finish::tool_calls:
       return "tool_calls";
+    case Finish::cancelled:
+    case Finish::error:
+      return "error";
     default:
       return "stop";
   }

@@ -2,7 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
+#include <cmath>
+#include <limits>
 #include <random>
+
+#include "server/json_input.h"
 
 namespace dspark::server {
 
@@ -72,17 +77,79 @@ nlohmann::json error_body(Dialect dialect, const ApiError& error) {
 float json_float(const nlohmann::json& value, const char* field) {
   if (!value.is_number())
     throw ApiError(400, fmt::format("'{}' must be a number", field), "", field);
-  return value.get<float>();
+  const float number = value.get<float>();
+  // JSON has no NaN, but 1e999 parses as infinity and 1e300 overflows a float.
+  if (!std::isfinite(number)) {
+    throw ApiError(400, fmt::format("'{}' must be a finite number", field), "", field);
+  }
+  return number;
 }
 
 int64_t json_int(const nlohmann::json& value, const char* field) {
+  if (value.is_number_unsigned() &&
+      value.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    throw ApiError(400, fmt::format("'{}' is out of range", field), "", field);
+  }
   if (value.is_number_integer()) return value.get<int64_t>();
   if (value.is_number_float()) {
     const double number = value.get<double>();
-    if (number == static_cast<double>(static_cast<int64_t>(number)))
+    // The cast is only defined inside int64's range.
+    if (std::isfinite(number) && number >= -9.2e18 && number <= 9.2e18 &&
+        number == static_cast<double>(static_cast<int64_t>(number)))
       return static_cast<int64_t>(number);
   }
   throw ApiError(400, fmt::format("'{}' must be an integer", field), "", field);
+}
+
+void parse_core_sampling(const nlohmann::json& body, RequestSampling& sampling) {
+  auto given = [&](const char* field) { return body.contains(field) && !body[field].is_null(); };
+  if (given("temperature")) {
+    sampling.temperature = json_float(body["temperature"], "temperature");
+    if (*sampling.temperature < 0)
+      throw ApiError(400, "'temperature' must be >= 0", "", "temperature");
+  }
+  if (given("top_p")) {
+    sampling.top_p = json_float(body["top_p"], "top_p");
+    if (*sampling.top_p <= 0 || *sampling.top_p > 1)
+      throw ApiError(400, "'top_p' must be in (0, 1]", "", "top_p");
+  }
+  if (given("top_k")) {
+    const int64_t top_k = json_int(body["top_k"], "top_k");
+    if (top_k > std::numeric_limits<int32_t>::max()) {
+      throw ApiError(400, "'top_k' must be at most 2147483647 (0 or negative = off)", "", "top_k");
+    }
+    sampling.top_k = static_cast<int>(std::max<int64_t>(top_k, 0));
+  }
+  if (given("min_p")) {
+    sampling.min_p = json_float(body["min_p"], "min_p");
+    if (*sampling.min_p < 0 || *sampling.min_p > 1)
+      throw ApiError(400, "'min_p' must be in [0, 1]", "", "min_p");
+  }
+  if (body.contains("logit_bias") && !body["logit_bias"].is_null()) {
+    if (!body["logit_bias"].is_object()) {
+      throw ApiError(400, "'logit_bias' must be an object of token id -> bias", "", "logit_bias");
+    }
+    for (const auto& [key, value] : body["logit_bias"].items()) {
+      int64_t id = -1;
+      const auto [end, error] = std::from_chars(key.data(), key.data() + key.size(), id);
+      if (error != std::errc() || end != key.data() + key.size() || id < 0 ||
+          id > std::numeric_limits<int32_t>::max()) {
+        throw ApiError(400, fmt::format("logit_bias key '{}' is not a token id", key), "",
+                       "logit_bias");
+      }
+      const float bias = json_float(value, "logit_bias");
+      if (bias < -100 || bias > 100) {
+        throw ApiError(400, "logit_bias values must be in [-100, 100]", "", "logit_bias");
+      }
+      sampling.logit_bias.emplace_back(static_cast<int32_t>(id), bias);
+    }
+  }
+  if (given("seed")) {
+    const nlohmann::json& seed = body["seed"];
+    // Any 64-bit integer: negative ones wrap, as llama.cpp and vLLM take them.
+    sampling.seed = seed.is_number_unsigned() ? seed.get<uint64_t>()
+                                              : static_cast<uint64_t>(json_int(seed, "seed"));
+  }
 }
 
 bool json_bool(const nlohmann::json& value, const char* field) {
@@ -145,7 +212,7 @@ void parse_reasoning_budget(const nlohmann::json& body, ChatRequest& request) {
       throw ApiError(400,
                      fmt::format("'reasoning_budget' must be a non-negative integer (0 = off), "
                                  "got {}",
-                                 value.dump()),
+                                 dump_json(value)),
                      "", "reasoning_budget");
     }
     request.reasoning_budget = value.get<int64_t>();
@@ -194,7 +261,7 @@ ResponseFormat parse_response_format(const nlohmann::json& value, const std::str
                      field);
     }
     format.kind = ResponseFormat::Kind::json_schema;
-    format.schema = nlohmann::ordered_json::parse(schema->dump());
+    format.schema = nlohmann::ordered_json::parse(dump_json(*schema));
     return format;
   }
   throw ApiError(

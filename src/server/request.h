@@ -135,6 +135,9 @@ float json_float(const nlohmann::json& value, const char* field);
 int64_t json_int(const nlohmann::json& value, const char* field);
 bool json_bool(const nlohmann::json& value, const char* field);
 std::string json_string(const nlohmann::json& value, const char* field);
+// temperature, top_p, top_k, min_p, seed and logit_bias, in every dialect: finite, in range, the
+// right type, or a 400 naming the field.
+void parse_core_sampling(const nlohmann::json& body, RequestSampling& sampling);
 // A string or a list of strings (OpenAI `stop`).
 std::vector<std::string> json_string_list(const nlohmann::json& value, const char* field);
 // Applies tool_choice: `choice` is "auto", "none", "required" or a function name (`named`);

@@ -4,6 +4,7 @@
 #include <ctime>
 
 #include "server/dialect.h"
+#include "server/json_input.h"
 
 namespace dspark::server::responses {
 namespace {
@@ -168,8 +169,16 @@ ChatRequest parse(const Json& body) {
             {{"role", role}, {"content", item_text(item.value("content", Json()))}});
       } else if (type == "function_call") {
         OrderedJson arguments = OrderedJson::object();
+        const std::string text = json_string(item.value("arguments", Json("{}")), "arguments");
+        if (nests_too_deep(text)) {
+          throw ApiError(400,
+                         fmt::format("function_call arguments nest deeper than {} levels of "
+                                     "arrays and objects",
+                                     kMaxJsonDepth),
+                         "", "input");
+        }
         try {
-          arguments = OrderedJson::parse(item.value("arguments", "{}"));
+          arguments = OrderedJson::parse(text);
         } catch (const nlohmann::json::exception&) {
         }
         request.messages.push_back(
@@ -222,11 +231,7 @@ ChatRequest parse(const Json& body) {
     request.max_tokens = json_int(body["max_output_tokens"], "max_output_tokens");
     if (*request.max_tokens < 1) throw ApiError(400, "'max_output_tokens' must be at least 1");
   }
-  if (body.contains("temperature") && !body["temperature"].is_null()) {
-    request.sampling.temperature = json_float(body["temperature"], "temperature");
-  }
-  if (body.contains("top_p") && !body["top_p"].is_null())
-    request.sampling.top_p = json_float(body["top_p"], "top_p");
+  parse_core_sampling(body, request.sampling);
   if (body.contains("stream") && !body["stream"].is_null())
     request.stream = json_bool(body["stream"], "stream");
   if (body.contains("reasoning") && body["reasoning"].is_object()) {

