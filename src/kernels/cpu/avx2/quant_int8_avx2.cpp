@@ -1,0 +1,337 @@
+// AVX2 kernels of the int8 numerics (quant_impl.h): activations quantized with vector code, and
+// quantized products as exact integer dot products, 8 output rows per tile in the 8 lanes of a ymm
+// register, each lane running the canonical float sequence of one (activation row, output row).
+//
+// A tile unpacks its 8 rows' codes one chunk of columns at a time into an L1 buffer and reuses
+// them for every activation row of a block, so an extra activation row costs the integer dot
+// products alone. Codes of 2 and 4 bits become bytes multiplied with vpmaddubsw (unsigned codes
+// times signed activations: two products per 16-bit sum, at most 2·15·127, no saturation); codes
+// of 3, 5, 6 and 8 bits become 16-bit words multiplied with vpmaddwd (8-bit codes would saturate
+// vpmaddubsw: 2·255·127 > 32767). Per block of 32 inputs each row's partial sums are reduced to one
+// exact int32, and a transposing vphaddd tree puts the 8 rows' sums into one vector.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/cpu/quant_impl.h"
+#include "tensor/dtype.h"
+
+namespace dspark::kernels::cpu {
+namespace {
+
+constexpr int kTileRows = 8;
+// Columns unpacked per tile at a time: a multiple of every group size, so chunks hold whole groups.
+constexpr int64_t kChunkColumns = 256;
+constexpr int64_t kChunkBlocks = kChunkColumns / kInt8Block;
+constexpr int64_t kMaxChunkGroups = kChunkColumns / 32;
+// Activation rows whose accumulators a tile keeps while it passes over its weights once. A larger
+// batch (prefill) passes over the weights once per block, with the block's activations in L2.
+constexpr int64_t kActivationBlockRows = 64;
+
+template <int Bits>
+constexpr bool kByteCodes = Bits == 2 || Bits == 4;
+
+uint64_t load_u64(const uint8_t* p) {
+  uint64_t value;
+  std::memcpy(&value, p, 8);
+  return value;
+}
+
+uint32_t load_u32(const uint8_t* p) {
+  uint32_t value;
+  std::memcpy(&value, p, 4);
+  return value;
+}
+
+uint16_t load_u16(const uint8_t* p) {
+  uint16_t value;
+  std::memcpy(&value, p, 2);
+  return value;
+}
+
+// 16 codes of 3, 5 or 6 bits span 2·Bits bytes. Word e of the shuffle (both 128-bit lanes hold the
+// same bytes; lane 1 serves codes 8-15) gathers the two bytes holding code e; multiplying by
+// 2^(8 - offset) and shifting right by 8 leaves the code's bits at the bottom.
+template <int Bits>
+struct WordCodeTables {
+  alignas(32) uint8_t pair_index[32];
+  alignas(32) uint16_t multipliers[16];
+};
+
+template <int Bits>
+constexpr WordCodeTables<Bits> make_word_code_tables() {
+  WordCodeTables<Bits> tables{};
+  for (int e = 0; e < 16; ++e) {
+    const int byte = e * Bits / 8;
+    tables.pair_index[2 * e] = static_cast<uint8_t>(byte);
+    tables.pair_index[2 * e + 1] = static_cast<uint8_t>(byte + 1);
+    tables.multipliers[e] = static_cast<uint16_t>(1u << (8 - e * Bits % 8));
+  }
+  return tables;
+}
+
+template <int Bits>
+constexpr WordCodeTables<Bits> kWordCodes = make_word_code_tables<Bits>();
+
+// Exactly 2·Bits bytes, zero-extended to 16, without reading past them.
+template <int Bits>
+__m128i load_exact(const uint8_t* p) {
+  if constexpr (Bits == 3) {
+    return _mm_insert_epi16(_mm_cvtsi32_si128(static_cast<int>(load_u32(p))), load_u16(p + 4), 2);
+  } else if constexpr (Bits == 5) {
+    return _mm_insert_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)), load_u16(p + 8),
+                            4);
+  } else {
+    return _mm_insert_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)),
+                            static_cast<int>(load_u32(p + 8)), 2);
+  }
+}
+
+// 16 codes as 16-bit words, in element order.
+template <int Bits>
+__m256i unpack_words16(const uint8_t* p) {
+  if constexpr (Bits == 8) {
+    return _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  } else {
+    const __m256i bytes = _mm256_broadcastsi128_si256(load_exact<Bits>(p));
+    const __m256i pairs = _mm256_shuffle_epi8(
+        bytes, _mm256_load_si256(reinterpret_cast<const __m256i*>(kWordCodes<Bits>.pair_index)));
+    const __m256i shifted = _mm256_srli_epi16(
+        _mm256_mullo_epi16(pairs, _mm256_load_si256(reinterpret_cast<const __m256i*>(
+                                      kWordCodes<Bits>.multipliers))),
+        8);
+    return _mm256_and_si256(shifted, _mm256_set1_epi16((1 << Bits) - 1));
+  }
+}
+
+// One block of 32 codes into `out` (32 bytes or 32 words). Byte order of 2 bits: slot 8k + i
+// holds element 4i + k; of 4 bits: slot j < 16 element 2j, slot 16 + j element 2j + 1 (the low
+// nibbles, then the high ones). Words are in element order.
+template <int Bits>
+void unpack_block(const uint8_t* p, void* out) {
+  if constexpr (Bits == 2) {
+    const __m256i shifted = _mm256_srlv_epi64(_mm256_set1_epi64x(static_cast<int64_t>(load_u64(p))),
+                                              _mm256_setr_epi64x(0, 2, 4, 6));
+    _mm256_store_si256(static_cast<__m256i*>(out), _mm256_and_si256(shifted, _mm256_set1_epi8(3)));
+  } else if constexpr (Bits == 4) {
+    const __m256i bytes =
+        _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    const __m256i shifted = _mm256_srlv_epi64(bytes, _mm256_setr_epi64x(0, 0, 4, 4));
+    _mm256_store_si256(static_cast<__m256i*>(out), _mm256_and_si256(shifted, _mm256_set1_epi8(15)));
+  } else {
+    auto* words = static_cast<__m256i*>(out);
+    _mm256_store_si256(words, unpack_words16<Bits>(p));
+    _mm256_store_si256(words + 1, unpack_words16<Bits>(p + 2 * Bits));
+  }
+}
+
+// Lane r = the sum of the 8 int32 lanes of p[r].
+__m256i reduce8(const __m256i* p) {
+  const __m256i h01 = _mm256_hadd_epi32(p[0], p[1]);
+  const __m256i h23 = _mm256_hadd_epi32(p[2], p[3]);
+  const __m256i h45 = _mm256_hadd_epi32(p[4], p[5]);
+  const __m256i h67 = _mm256_hadd_epi32(p[6], p[7]);
+  // Each 128-bit lane: the sums of rows 0-3 (4-7) over that lane's half of the block.
+  const __m256i h0123 = _mm256_hadd_epi32(h01, h23);
+  const __m256i h4567 = _mm256_hadd_epi32(h45, h67);
+  return _mm256_add_epi32(_mm256_permute2x128_si256(h0123, h4567, 0x20),
+                          _mm256_permute2x128_si256(h0123, h4567, 0x31));
+}
+
+// The 8 rows' exact sums Σ q·x8 over one block.
+template <int Bits>
+__m256i block_sums(const uint8_t* codes, const int8_t* x8) {
+  __m256i p[kTileRows];
+  if constexpr (kByteCodes<Bits>) {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x8));
+    const __m256i ones = _mm256_set1_epi16(1);
+#pragma GCC unroll 8
+    for (int r = 0; r < kTileRows; ++r) {
+      const __m256i q = _mm256_load_si256(reinterpret_cast<const __m256i*>(codes + 32 * r));
+      p[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(q, x), ones);
+    }
+  } else {
+    const __m256i x_low =
+        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x8)));
+    const __m256i x_high =
+        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x8 + 16)));
+#pragma GCC unroll 8
+    for (int r = 0; r < kTileRows; ++r) {
+      const auto* q = reinterpret_cast<const __m256i*>(codes + 64 * r);
+      p[r] = _mm256_add_epi32(_mm256_madd_epi16(_mm256_load_si256(q), x_low),
+                              _mm256_madd_epi16(_mm256_load_si256(q + 1), x_high));
+    }
+  }
+  return reduce8(p);
+}
+
+float widen_scale(const uint8_t* base, DType dtype, int64_t index) {
+  if (dtype == DType::F32) {
+    float value;
+    std::memcpy(&value, base + 4 * index, 4);
+    return value;
+  }
+  const uint16_t bits = load_u16(base + 2 * index);
+  if (dtype == DType::F16) return _cvtsh_ss(bits);
+  const uint32_t widened = static_cast<uint32_t>(bits) << 16;
+  float value;
+  std::memcpy(&value, &widened, 4);
+  return value;
+}
+
+// Output rows [row0, row0 + rows) (rows <= 8) against activation rows [i0, i1) (at most
+// kActivationBlockRows). Lanes past `rows` repeat row row0 and are not stored.
+template <int Bits>
+void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t i1) {
+  constexpr int64_t kCodeBytes = kByteCodes<Bits> ? 32 : 64;
+  const QuantMatrix& w = *task.w;
+  const int64_t group = w.format.group_size;
+  const int64_t groups = w.cols / group;
+  const int64_t blocks_per_group = group / kInt8Block;
+  const int64_t row_bytes = w.cols * Bits / 8;
+  const uint8_t* packed[kTileRows];
+  int64_t first_group[kTileRows];
+  for (int r = 0; r < kTileRows; ++r) {
+    const int64_t stored_row = task.expert * w.rows + row0 + (r < rows ? r : 0);
+    packed[r] = w.packed + stored_row * row_bytes;
+    first_group[r] = stored_row * groups;
+  }
+  alignas(32) uint8_t codes[kChunkBlocks][kTileRows * kCodeBytes];
+  alignas(32) float scales[kMaxChunkGroups][kTileRows];
+  alignas(32) float biases[kMaxChunkGroups][kTileRows];
+  alignas(32) float acc[kActivationBlockRows][kTileRows] = {};
+  alignas(32) float bias_acc[kActivationBlockRows][kTileRows] = {};
+  for (int64_t c0 = 0; c0 < w.cols; c0 += kChunkColumns) {
+    const int64_t columns = std::min(kChunkColumns, w.cols - c0);
+    const int64_t blocks = columns / kInt8Block;
+    const int64_t chunk_groups = columns / group;
+    const int64_t g0 = c0 / group;
+    for (int64_t b = 0; b < blocks; ++b) {
+      for (int r = 0; r < kTileRows; ++r) {
+        unpack_block<Bits>(packed[r] + (c0 + b * kInt8Block) * Bits / 8, codes[b] + r * kCodeBytes);
+      }
+    }
+    for (int64_t g = 0; g < chunk_groups; ++g) {
+      for (int r = 0; r < kTileRows; ++r) {
+        scales[g][r] = widen_scale(w.scales, w.scale_dtype, first_group[r] + g0 + g);
+        biases[g][r] = widen_scale(w.biases, w.scale_dtype, first_group[r] + g0 + g);
+      }
+    }
+    for (int64_t i = i0; i < i1; ++i) {
+      const int8_t* x8 = task.x8[i] + c0;
+      const float* d = task.block_scales[i] + c0 / kInt8Block;
+      const float* xsums = task.xsums[i] + g0;
+      __m256 sum = _mm256_load_ps(acc[i - i0]);
+      __m256 bias = _mm256_load_ps(bias_acc[i - i0]);
+      for (int64_t g = 0; g < chunk_groups; ++g) {
+        const int64_t b0 = g * blocks_per_group;
+        __m256 t =
+            _mm256_mul_ps(_mm256_set1_ps(d[b0]),
+                          _mm256_cvtepi32_ps(block_sums<Bits>(codes[b0], x8 + b0 * kInt8Block)));
+        for (int64_t b = b0 + 1; b < b0 + blocks_per_group; ++b) {
+          t = _mm256_fmadd_ps(_mm256_set1_ps(d[b]),
+                              _mm256_cvtepi32_ps(block_sums<Bits>(codes[b], x8 + b * kInt8Block)),
+                              t);
+        }
+        sum = _mm256_fmadd_ps(_mm256_load_ps(scales[g]), t, sum);
+        bias = _mm256_fmadd_ps(_mm256_load_ps(biases[g]), _mm256_set1_ps(xsums[g]), bias);
+      }
+      _mm256_store_ps(acc[i - i0], sum);
+      _mm256_store_ps(bias_acc[i - i0], bias);
+    }
+  }
+  for (int64_t i = i0; i < i1; ++i) {
+    alignas(32) float y[kTileRows];
+    _mm256_store_ps(y,
+                    _mm256_add_ps(_mm256_load_ps(acc[i - i0]), _mm256_load_ps(bias_acc[i - i0])));
+    for (int r = 0; r < rows; ++r) task.y[i][row0 + r] = y[r];
+  }
+}
+
+template <int Bits>
+void int8_rows_typed(const Int8Task& task, int64_t row_begin, int64_t row_end) {
+  for (int64_t i0 = 0; i0 < task.m; i0 += kActivationBlockRows) {
+    const int64_t i1 = std::min(task.m, i0 + kActivationBlockRows);
+    for (int64_t row = row_begin; row < row_end; row += kTileRows) {
+      const int rows = static_cast<int>(std::min<int64_t>(kTileRows, row_end - row));
+      int8_tile<Bits>(task, row, rows, i0, i1);
+    }
+  }
+}
+
+// Per 128-bit lane, the shuffles from element order into the byte order of unpack_block.
+alignas(32) constexpr uint8_t kFourBitOrder[32] = {0,  2,  4,  6,  8,  10, 12, 14, 1,  3, 5,
+                                                   7,  9,  11, 13, 15, 0,  2,  4,  6,  8, 10,
+                                                   12, 14, 1,  3,  5,  7,  9,  11, 13, 15};
+alignas(32) constexpr uint8_t kTwoBitOrder[32] = {0,  4,  8, 12, 1,  5,  9, 13, 2,  6, 10,
+                                                  14, 3,  7, 11, 15, 0,  4, 8,  12, 1, 5,
+                                                  9,  13, 2, 6,  10, 14, 3, 7,  11, 15};
+
+}  // namespace
+
+void int8_rows_avx2(const Int8Task& task, int64_t row_begin, int64_t row_end) {
+  switch (task.w->format.bits) {
+    case 2:
+      return int8_rows_typed<2>(task, row_begin, row_end);
+    case 3:
+      return int8_rows_typed<3>(task, row_begin, row_end);
+    case 4:
+      return int8_rows_typed<4>(task, row_begin, row_end);
+    case 5:
+      return int8_rows_typed<5>(task, row_begin, row_end);
+    case 6:
+      return int8_rows_typed<6>(task, row_begin, row_end);
+    case 8:
+      return int8_rows_typed<8>(task, row_begin, row_end);
+  }
+}
+
+void quantize_activations_avx2(const float* x, int64_t cols, int bits, int8_t* x8,
+                               float* block_scales) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256 high = _mm256_set1_ps(127.0f), low = _mm256_set1_ps(-127.0f);
+  // After the two packs each 128-bit lane holds dwords of 4 elements in the order 0, 2, 4, 6 /
+  // 1, 3, 5, 7 (in units of 4 elements): this permutation restores element order.
+  const __m256i element_order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int64_t first = 0; first < cols; first += kInt8Block) {
+    __m256 v[4];
+    for (int k = 0; k < 4; ++k) v[k] = _mm256_loadu_ps(x + first + 8 * k);
+    const __m256 amax8 =
+        _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
+                      _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
+    const __m128 amax4 = _mm_max_ps(_mm256_castps256_ps128(amax8), _mm256_extractf128_ps(amax8, 1));
+    const __m128 amax2 = _mm_max_ps(amax4, _mm_movehl_ps(amax4, amax4));
+    const float amax = _mm_cvtss_f32(_mm_max_ss(amax2, _mm_movehdup_ps(amax2)));
+    const float d = amax / 127.0f;
+    block_scales[first / kInt8Block] = d;
+    auto* out = reinterpret_cast<__m256i*>(x8 + first);
+    if (d == 0.0f) {
+      _mm256_storeu_si256(out, _mm256_setzero_si256());
+      continue;
+    }
+    const __m256 divisor = _mm256_set1_ps(d);
+    __m256i q[4];
+    for (int k = 0; k < 4; ++k) {
+      const __m256 c = _mm256_max_ps(_mm256_min_ps(_mm256_div_ps(v[k], divisor), high), low);
+      q[k] = _mm256_cvtps_epi32(c);
+    }
+    const __m256i bytes =
+        _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    __m256i ordered = _mm256_permutevar8x32_epi32(bytes, element_order);
+    if (bits == 4) {
+      ordered = _mm256_permute4x64_epi64(
+          _mm256_shuffle_epi8(ordered,
+                              _mm256_load_si256(reinterpret_cast<const __m256i*>(kFourBitOrder))),
+          0xD8);
+    } else if (bits == 2) {
+      ordered = _mm256_permutevar8x32_epi32(
+          _mm256_shuffle_epi8(ordered,
+                              _mm256_load_si256(reinterpret_cast<const __m256i*>(kTwoBitOrder))),
+          element_order);
+    }
+    _mm256_storeu_si256(out, ordered);
+  }
+}
+
+}  // namespace dspark::kernels::cpu
