@@ -105,24 +105,27 @@ __m256i unpack_words16(const uint8_t* p) {
   }
 }
 
-// One block of 32 codes into `out` (32 bytes or 32 words). Byte order of 2 bits: slot 8k + i
-// holds element 4i + k; of 4 bits: slot j < 16 element 2j, slot 16 + j element 2j + 1 (the low
-// nibbles, then the high ones). Words are in element order.
+// Vectors holding one row's unpacked block of 32 codes: 32 bytes, or 32 words in two vectors.
 template <int Bits>
-void unpack_block(const uint8_t* p, void* out) {
+constexpr int kCodeVectors = kByteCodes<Bits> ? 1 : 2;
+
+// One block of 32 codes. Byte order of 2 bits: slot 8k + i holds element 4i + k; of 4 bits:
+// slot j < 16 element 2j, slot 16 + j element 2j + 1 (the low nibbles, then the high ones).
+// Words are in element order.
+template <int Bits>
+void unpack_block(const uint8_t* p, __m256i* out) {
   if constexpr (Bits == 2) {
     const __m256i shifted = _mm256_srlv_epi64(_mm256_set1_epi64x(static_cast<int64_t>(load_u64(p))),
                                               _mm256_setr_epi64x(0, 2, 4, 6));
-    _mm256_store_si256(static_cast<__m256i*>(out), _mm256_and_si256(shifted, _mm256_set1_epi8(3)));
+    out[0] = _mm256_and_si256(shifted, _mm256_set1_epi8(3));
   } else if constexpr (Bits == 4) {
     const __m256i bytes =
         _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     const __m256i shifted = _mm256_srlv_epi64(bytes, _mm256_setr_epi64x(0, 0, 4, 4));
-    _mm256_store_si256(static_cast<__m256i*>(out), _mm256_and_si256(shifted, _mm256_set1_epi8(15)));
+    out[0] = _mm256_and_si256(shifted, _mm256_set1_epi8(15));
   } else {
-    auto* words = static_cast<__m256i*>(out);
-    _mm256_store_si256(words, unpack_words16<Bits>(p));
-    _mm256_store_si256(words + 1, unpack_words16<Bits>(p + 2 * Bits));
+    out[0] = unpack_words16<Bits>(p);
+    out[1] = unpack_words16<Bits>(p + 2 * Bits);
   }
 }
 
@@ -139,31 +142,37 @@ __m256i reduce8(const __m256i* p) {
                           _mm256_permute2x128_si256(h0123, h4567, 0x31));
 }
 
-// The 8 rows' exact sums Σ q·x8 over one block.
+// The 8 rows' exact sums Σ q·x8 over one block; q[r * kCodeVectors ...] is row r's codes.
 template <int Bits>
-__m256i block_sums(const uint8_t* codes, const int8_t* x8) {
-  __m256i p[kTileRows];
+__m256i block_sums(const __m256i* q, const int8_t* x8) {
   if constexpr (kByteCodes<Bits>) {
+    // vpmaddubsw leaves 16 words per row, each the sum of 2 products; a vphaddw tree adds them
+    // to one word per row and 128-bit lane, the sum of 16 products: at most 16·15·127 < 2^15.
     const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x8));
-    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i p[kTileRows];
 #pragma GCC unroll 8
-    for (int r = 0; r < kTileRows; ++r) {
-      const __m256i q = _mm256_load_si256(reinterpret_cast<const __m256i*>(codes + 32 * r));
-      p[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(q, x), ones);
-    }
+    for (int r = 0; r < kTileRows; ++r) p[r] = _mm256_maddubs_epi16(q[r], x);
+    const __m256i h0123 =
+        _mm256_hadd_epi16(_mm256_hadd_epi16(p[0], p[1]), _mm256_hadd_epi16(p[2], p[3]));
+    const __m256i h4567 =
+        _mm256_hadd_epi16(_mm256_hadd_epi16(p[4], p[5]), _mm256_hadd_epi16(p[6], p[7]));
+    // Words 0-7 of each 128-bit lane: rows 0-7 over that lane's half of the block.
+    const __m256i halves = _mm256_hadd_epi16(h0123, h4567);
+    return _mm256_add_epi32(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(halves)),
+                            _mm256_cvtepi16_epi32(_mm256_extracti128_si256(halves, 1)));
   } else {
     const __m256i x_low =
         _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x8)));
     const __m256i x_high =
         _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x8 + 16)));
+    __m256i p[kTileRows];
 #pragma GCC unroll 8
     for (int r = 0; r < kTileRows; ++r) {
-      const auto* q = reinterpret_cast<const __m256i*>(codes + 64 * r);
-      p[r] = _mm256_add_epi32(_mm256_madd_epi16(_mm256_load_si256(q), x_low),
-                              _mm256_madd_epi16(_mm256_load_si256(q + 1), x_high));
+      p[r] = _mm256_add_epi32(_mm256_madd_epi16(q[2 * r], x_low),
+                              _mm256_madd_epi16(q[2 * r + 1], x_high));
     }
+    return reduce8(p);
   }
-  return reduce8(p);
 }
 
 float widen_scale(const uint8_t* base, DType dtype, int64_t index) {
@@ -180,16 +189,21 @@ float widen_scale(const uint8_t* base, DType dtype, int64_t index) {
   return value;
 }
 
+// Packed codes are prefetched this many tiles ahead, into L2, in step with the current tile.
+constexpr int kPrefetchTilesAhead = 2;
+
 // Output rows [row0, row0 + rows) (rows <= 8) against activation rows [i0, i1) (at most
-// kActivationBlockRows). Lanes past `rows` repeat row row0 and are not stored.
+// kActivationBlockRows). Lanes past `rows` repeat row row0 and are not stored. A single activation
+// row multiplies codes straight from registers; more share the codes through an L1 buffer.
 template <int Bits>
 void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t i1) {
-  constexpr int64_t kCodeBytes = kByteCodes<Bits> ? 32 : 64;
+  constexpr int kVectors = kCodeVectors<Bits>;
   const QuantMatrix& w = *task.w;
   const int64_t group = w.format.group_size;
   const int64_t groups = w.cols / group;
   const int64_t blocks_per_group = group / kInt8Block;
   const int64_t row_bytes = w.cols * Bits / 8;
+  const bool single = i1 - i0 == 1;
   const uint8_t* packed[kTileRows];
   int64_t first_group[kTileRows];
   for (int r = 0; r < kTileRows; ++r) {
@@ -197,7 +211,8 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
     packed[r] = w.packed + stored_row * row_bytes;
     first_group[r] = stored_row * groups;
   }
-  alignas(32) uint8_t codes[kChunkBlocks][kTileRows * kCodeBytes];
+  const uint8_t* ahead = packed[0] + kPrefetchTilesAhead * kTileRows * row_bytes;
+  __m256i codes[kChunkBlocks][kTileRows * kVectors];
   alignas(32) float scales[kMaxChunkGroups][kTileRows];
   alignas(32) float biases[kMaxChunkGroups][kTileRows];
   alignas(32) float acc[kActivationBlockRows][kTileRows] = {};
@@ -207,9 +222,16 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
     const int64_t blocks = columns / kInt8Block;
     const int64_t chunk_groups = columns / group;
     const int64_t g0 = c0 / group;
-    for (int64_t b = 0; b < blocks; ++b) {
-      for (int r = 0; r < kTileRows; ++r) {
-        unpack_block<Bits>(packed[r] + (c0 + b * kInt8Block) * Bits / 8, codes[b] + r * kCodeBytes);
+    for (int r = 0; r < kTileRows; ++r) {
+      for (int64_t line = 0; line < columns * Bits / 8; line += 64) {
+        __builtin_prefetch(ahead + r * row_bytes + c0 * Bits / 8 + line, 0, 1);
+      }
+    }
+    if (!single) {
+      for (int64_t b = 0; b < blocks; ++b) {
+        for (int r = 0; r < kTileRows; ++r) {
+          unpack_block<Bits>(packed[r] + (c0 + b * kInt8Block) * Bits / 8, codes[b] + r * kVectors);
+        }
       }
     }
     for (int64_t g = 0; g < chunk_groups; ++g) {
@@ -222,17 +244,25 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
       const int8_t* x8 = task.x8[i] + c0;
       const float* d = task.block_scales[i] + c0 / kInt8Block;
       const float* xsums = task.xsums[i] + g0;
+      // The block's 8 rows of codes, from the buffer or unpacked here.
+      auto sums = [&](int64_t b) {
+        if (single) {
+          __m256i q[kTileRows * kVectors];
+#pragma GCC unroll 8
+          for (int r = 0; r < kTileRows; ++r) {
+            unpack_block<Bits>(packed[r] + (c0 + b * kInt8Block) * Bits / 8, q + r * kVectors);
+          }
+          return _mm256_cvtepi32_ps(block_sums<Bits>(q, x8 + b * kInt8Block));
+        }
+        return _mm256_cvtepi32_ps(block_sums<Bits>(codes[b], x8 + b * kInt8Block));
+      };
       __m256 sum = _mm256_load_ps(acc[i - i0]);
       __m256 bias = _mm256_load_ps(bias_acc[i - i0]);
       for (int64_t g = 0; g < chunk_groups; ++g) {
         const int64_t b0 = g * blocks_per_group;
-        __m256 t =
-            _mm256_mul_ps(_mm256_set1_ps(d[b0]),
-                          _mm256_cvtepi32_ps(block_sums<Bits>(codes[b0], x8 + b0 * kInt8Block)));
+        __m256 t = _mm256_mul_ps(_mm256_set1_ps(d[b0]), sums(b0));
         for (int64_t b = b0 + 1; b < b0 + blocks_per_group; ++b) {
-          t = _mm256_fmadd_ps(_mm256_set1_ps(d[b]),
-                              _mm256_cvtepi32_ps(block_sums<Bits>(codes[b], x8 + b * kInt8Block)),
-                              t);
+          t = _mm256_fmadd_ps(_mm256_set1_ps(d[b]), sums(b), t);
         }
         sum = _mm256_fmadd_ps(_mm256_load_ps(scales[g]), t, sum);
         bias = _mm256_fmadd_ps(_mm256_load_ps(biases[g]), _mm256_set1_ps(xsums[g]), bias);
