@@ -2,13 +2,16 @@
 // quantized products as exact integer dot products, 8 output rows per tile in the 8 lanes of a ymm
 // register, each lane running the canonical float sequence of one (activation row, output row).
 //
-// A tile unpacks its 8 rows' codes one chunk of columns at a time into an L1 buffer and reuses
-// them for every activation row of a block, so an extra activation row costs the integer dot
-// products alone. Codes of 2 and 4 bits become bytes multiplied with vpmaddubsw (unsigned codes
-// times signed activations: two products per 16-bit sum, at most 2·15·127, no saturation); codes
-// of 3, 5, 6 and 8 bits become 16-bit words multiplied with vpmaddwd (8-bit codes would saturate
-// vpmaddubsw: 2·255·127 > 32767). Per block of 32 inputs each row's partial sums are reduced to one
-// exact int32, and a transposing vphaddd tree puts the 8 rows' sums into one vector.
+// A single activation row (decode) multiplies codes straight from registers and reduces each row's
+// partial sums with a transposing tree. Several rows: a tile unpacks its 8 rows' codes one chunk of
+// columns at a time into an L1 buffer, interleaved so that each row's sums build up in its own
+// lane, and reuses them for every activation row of a block, so an extra activation row costs the
+// integer dot products alone. Codes of 2 and 4 bits become bytes multiplied with vpmaddubsw
+// (unsigned codes times signed activations: two products per 16-bit sum, at most 2·15·127, no
+// saturation); codes of 3, 5, 6 and 8 bits become 16-bit words multiplied with vpmaddwd (8-bit
+// codes would saturate vpmaddubsw: 2·255·127 > 32767). Per block of 32 inputs each row's partial
+// sums are reduced to one exact int32, and a transposing vphaddd tree puts the 8 rows' sums into
+// one vector.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -21,10 +24,9 @@ namespace dspark::kernels::cpu {
 namespace {
 
 constexpr int kTileRows = 8;
-// Columns unpacked per tile at a time: a multiple of every group size, so chunks hold whole groups.
-constexpr int64_t kChunkColumns = 256;
-constexpr int64_t kChunkBlocks = kChunkColumns / kInt8Block;
-constexpr int64_t kMaxChunkGroups = kChunkColumns / 32;
+// A tile works through its rows in chunks of 8 groups: one vector of 8 rows' scales per group,
+// the 8 groups' scales loaded together (an 8 x 8 transpose).
+constexpr int64_t kChunkGroups = 8;
 // Activation rows whose accumulators a tile keeps while it passes over its weights once. A larger
 // batch (prefill) passes over the weights once per block, with the block's activations in L2.
 constexpr int64_t kActivationBlockRows = 64;
@@ -175,18 +177,148 @@ __m256i block_sums(const __m256i* q, const int8_t* x8) {
   }
 }
 
-float widen_scale(const uint8_t* base, DType dtype, int64_t index) {
-  if (dtype == DType::F32) {
-    float value;
-    std::memcpy(&value, base + 4 * index, 4);
-    return value;
+// More than one activation row: the tile's codes are stored interleaved, so that no horizontal sums
+// are needed. Step s of a block is one vector whose dword r holds row r's codes of slots
+// 4s .. 4s+3 (bytes) or 2s, 2s+1 (words); multiplied by the activations of those slots broadcast to
+// every dword, it adds to each row's sum in that row's own lane.
+template <int Bits>
+constexpr int kSteps = kByteCodes<Bits> ? 8 : 16;
+
+// v[s] dword r = a[r] dword s, for an 8 x 8 matrix of dwords.
+__attribute__((always_inline)) inline void transpose8x8(const __m256i* a, __m256i* v) {
+  __m256i t[8], u[8];
+  for (int k = 0; k < 4; ++k) {
+    t[2 * k] = _mm256_unpacklo_epi32(a[2 * k], a[2 * k + 1]);
+    t[2 * k + 1] = _mm256_unpackhi_epi32(a[2 * k], a[2 * k + 1]);
   }
-  const uint16_t bits = load_u16(base + 2 * index);
-  if (dtype == DType::F16) return _cvtsh_ss(bits);
-  const uint32_t widened = static_cast<uint32_t>(bits) << 16;
-  float value;
-  std::memcpy(&value, &widened, 4);
-  return value;
+  // u[4h + c]: rows 4h .. 4h+3 of columns c (low 128-bit lane) and c + 4 (high lane).
+  for (int h = 0; h < 2; ++h) {
+    u[4 * h] = _mm256_unpacklo_epi64(t[4 * h], t[4 * h + 2]);
+    u[4 * h + 1] = _mm256_unpackhi_epi64(t[4 * h], t[4 * h + 2]);
+    u[4 * h + 2] = _mm256_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
+    u[4 * h + 3] = _mm256_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {
+    v[c] = _mm256_permute2x128_si256(u[c], u[4 + c], 0x20);
+    v[c + 4] = _mm256_permute2x128_si256(u[c], u[4 + c], 0x31);
+  }
+}
+
+// The 8 rows' block starting at packed[r] + offset, unpacked and interleaved into steps[kSteps].
+template <int Bits>
+void unpack_interleaved(const uint8_t* const* packed, int64_t offset, __m256i* steps) {
+  if constexpr (Bits == 4) {
+    // Straight from the packed bytes: step s < 4 is dword s of each row's 16 bytes, low nibbles;
+    // step s + 4 the high nibbles. Rows k and k + 4 share a vector (128-bit lanes 0 and 1), and a
+    // 4 x 4 dword transpose per lane puts dword s of rows 0-3 (4-7) into vector s.
+    __m256i r[4];
+    for (int k = 0; k < 4; ++k) {
+      r[k] = _mm256_inserti128_si256(
+          _mm256_castsi128_si256(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed[k] + offset))),
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed[k + 4] + offset)), 1);
+    }
+    const __m256i t0 = _mm256_unpacklo_epi32(r[0], r[1]), t1 = _mm256_unpackhi_epi32(r[0], r[1]);
+    const __m256i t2 = _mm256_unpacklo_epi32(r[2], r[3]), t3 = _mm256_unpackhi_epi32(r[2], r[3]);
+    const __m256i dwords[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2),
+                               _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3)};
+    const __m256i mask = _mm256_set1_epi8(15);
+    for (int k = 0; k < 4; ++k) {
+      steps[k] = _mm256_and_si256(dwords[k], mask);
+      steps[k + 4] = _mm256_and_si256(_mm256_srli_epi16(dwords[k], 4), mask);
+    }
+    return;
+  }
+  __m256i rows[kTileRows * kCodeVectors<Bits>];
+#pragma GCC unroll 8
+  for (int r = 0; r < kTileRows; ++r) {
+    unpack_block<Bits>(packed[r] + offset, rows + r * kCodeVectors<Bits>);
+  }
+  if constexpr (kByteCodes<Bits>) {
+    transpose8x8(rows, steps);
+  } else {
+    __m256i half[kTileRows];
+    for (int h = 0; h < 2; ++h) {
+      for (int r = 0; r < kTileRows; ++r) half[r] = rows[2 * r + h];
+      transpose8x8(half, steps + 8 * h);
+    }
+  }
+}
+
+// The 8 rows' exact block sums from interleaved codes. Bytes: x8 holds the block's activations;
+// each step's vpmaddubsw words (2 products each) add up over the 8 steps to 16 products, at most
+// 16·15·127 < 2^15, before one vpmaddwd. Words: `activations` holds them widened to int16.
+template <int Bits>
+__m256i interleaved_sums(const __m256i* steps, const void* activations) {
+  const auto* bytes = static_cast<const uint8_t*>(activations);
+  if constexpr (kByteCodes<Bits>) {
+    __m256i words = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int s = 0; s < kSteps<Bits>; ++s) {
+      const __m256i x = _mm256_set1_epi32(static_cast<int>(load_u32(bytes + 4 * s)));
+      words = _mm256_add_epi16(words, _mm256_maddubs_epi16(steps[s], x));
+    }
+    return _mm256_madd_epi16(words, _mm256_set1_epi16(1));
+  } else {
+    __m256i sums[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+#pragma GCC unroll 16
+    for (int s = 0; s < kSteps<Bits>; ++s) {
+      const __m256i x = _mm256_set1_epi32(static_cast<int>(load_u32(bytes + 4 * s)));
+      sums[s % 2] = _mm256_add_epi32(sums[s % 2], _mm256_madd_epi16(steps[s], x));
+    }
+    return _mm256_add_epi32(sums[0], sums[1]);
+  }
+}
+
+// 8 consecutive scales (or biases) of dtype D at p, widened to fp32.
+template <DType D>
+__m256 widen8(const uint8_t* p) {
+  if constexpr (D == DType::F32) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
+  } else {
+    const __m128i halves = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    if constexpr (D == DType::F16) {
+      return _mm256_cvtph_ps(halves);
+    } else {
+      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(halves), 16));
+    }
+  }
+}
+
+// out[g][r] = value first_group[r] + g of the tile's 8 rows, for g < 8 (values past a row's end
+// are whatever follows and never used). Reads only the tensor's `total` values: near its end, the
+// values that exist are copied to a zeroed buffer first.
+template <DType D>
+void load_tile_values_typed(const uint8_t* base, const int64_t* first_group, int64_t total,
+                            float (*out)[kTileRows]) {
+  constexpr int64_t kSize = D == DType::F32 ? 4 : 2;
+  __m256i rows[kTileRows];
+  if (*std::max_element(first_group, first_group + kTileRows) + 8 <= total) {
+#pragma GCC unroll 8
+    for (int r = 0; r < kTileRows; ++r) {
+      rows[r] = _mm256_castps_si256(widen8<D>(base + first_group[r] * kSize));
+    }
+  } else {
+    for (int r = 0; r < kTileRows; ++r) {
+      alignas(32) uint8_t values[8 * kSize] = {};
+      const int64_t count = std::min<int64_t>(8, total - first_group[r]);
+      std::memcpy(values, base + first_group[r] * kSize, static_cast<size_t>(count * kSize));
+      rows[r] = _mm256_castps_si256(widen8<D>(values));
+    }
+  }
+  transpose8x8(rows, reinterpret_cast<__m256i*>(out));
+}
+
+void load_tile_values(const uint8_t* base, DType dtype, const int64_t* first_group, int64_t total,
+                      float (*out)[kTileRows]) {
+  switch (dtype) {
+    case DType::F32:
+      return load_tile_values_typed<DType::F32>(base, first_group, total, out);
+    case DType::F16:
+      return load_tile_values_typed<DType::F16>(base, first_group, total, out);
+    default:
+      return load_tile_values_typed<DType::BF16>(base, first_group, total, out);
+  }
 }
 
 // Packed codes are prefetched this many tiles ahead, into L2, in step with the current tile.
@@ -195,13 +327,13 @@ constexpr int kPrefetchTilesAhead = 2;
 // Output rows [row0, row0 + rows) (rows <= 8) against activation rows [i0, i1) (at most
 // kActivationBlockRows). Lanes past `rows` repeat row row0 and are not stored. A single activation
 // row multiplies codes straight from registers; more share the codes through an L1 buffer.
-template <int Bits>
+template <int Bits, int BlocksPerGroup>
 void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t i1) {
   constexpr int kVectors = kCodeVectors<Bits>;
+  constexpr int64_t group = BlocksPerGroup * kInt8Block;
   const QuantMatrix& w = *task.w;
-  const int64_t group = w.format.group_size;
   const int64_t groups = w.cols / group;
-  const int64_t blocks_per_group = group / kInt8Block;
+  const int64_t total_groups = w.experts * w.rows * groups;
   const int64_t row_bytes = w.cols * Bits / 8;
   const bool single = i1 - i0 == 1;
   const uint8_t* packed[kTileRows];
@@ -212,11 +344,27 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
     first_group[r] = stored_row * groups;
   }
   const uint8_t* ahead = packed[0] + kPrefetchTilesAhead * kTileRows * row_bytes;
-  __m256i codes[kChunkBlocks][kTileRows * kVectors];
-  alignas(32) float scales[kMaxChunkGroups][kTileRows];
-  alignas(32) float biases[kMaxChunkGroups][kTileRows];
-  alignas(32) float acc[kActivationBlockRows][kTileRows] = {};
-  alignas(32) float bias_acc[kActivationBlockRows][kTileRows] = {};
+  {
+    // The scales and biases of the tile as far ahead (kTileRows rows of `groups` values each).
+    const int64_t size = w.scale_dtype == DType::F32 ? 4 : 2;
+    const int64_t offset = (first_group[0] + kPrefetchTilesAhead * kTileRows * groups) * size;
+    for (int64_t line = 0; line < kTileRows * groups * size; line += 64) {
+      __builtin_prefetch(w.scales + offset + line, 0, 1);
+      __builtin_prefetch(w.biases + offset + line, 0, 1);
+    }
+  }
+  constexpr int64_t kChunkColumns = kChunkGroups * group;
+  __m256i codes[kChunkGroups * BlocksPerGroup][kSteps<Bits>];
+  // Word codes: one activation row's chunk widened to int16.
+  alignas(32) int16_t widened[kByteCodes<Bits> ? 1 : kChunkColumns];
+  alignas(32) float scales[kChunkGroups][kTileRows];
+  alignas(32) float biases[kChunkGroups][kTileRows];
+  alignas(32) float acc[kActivationBlockRows][kTileRows];
+  alignas(32) float bias_acc[kActivationBlockRows][kTileRows];
+  for (int64_t i = 0; i < i1 - i0; ++i) {
+    _mm256_store_ps(acc[i], _mm256_setzero_ps());
+    _mm256_store_ps(bias_acc[i], _mm256_setzero_ps());
+  }
   for (int64_t c0 = 0; c0 < w.cols; c0 += kChunkColumns) {
     const int64_t columns = std::min(kChunkColumns, w.cols - c0);
     const int64_t blocks = columns / kInt8Block;
@@ -229,23 +377,28 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
     }
     if (!single) {
       for (int64_t b = 0; b < blocks; ++b) {
-        for (int r = 0; r < kTileRows; ++r) {
-          unpack_block<Bits>(packed[r] + (c0 + b * kInt8Block) * Bits / 8, codes[b] + r * kVectors);
-        }
+        unpack_interleaved<Bits>(packed, (c0 + b * kInt8Block) * Bits / 8, codes[b]);
       }
     }
-    for (int64_t g = 0; g < chunk_groups; ++g) {
-      for (int r = 0; r < kTileRows; ++r) {
-        scales[g][r] = widen_scale(w.scales, w.scale_dtype, first_group[r] + g0 + g);
-        biases[g][r] = widen_scale(w.biases, w.scale_dtype, first_group[r] + g0 + g);
-      }
-    }
+    int64_t chunk_first[kTileRows];
+    for (int r = 0; r < kTileRows; ++r) chunk_first[r] = first_group[r] + g0;
+    load_tile_values(w.scales, w.scale_dtype, chunk_first, total_groups, scales);
+    load_tile_values(w.biases, w.scale_dtype, chunk_first, total_groups, biases);
     for (int64_t i = i0; i < i1; ++i) {
       const int8_t* x8 = task.x8[i] + c0;
       const float* d = task.block_scales[i] + c0 / kInt8Block;
       const float* xsums = task.xsums[i] + g0;
-      // The block's 8 rows of codes, from the buffer or unpacked here.
-      auto sums = [&](int64_t b) {
+      if constexpr (!kByteCodes<Bits>) {
+        if (!single) {
+          for (int64_t k = 0; k < columns; k += 16) {
+            _mm256_store_si256(
+                reinterpret_cast<__m256i*>(widened + k),
+                _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x8 + k))));
+          }
+        }
+      }
+      // The block's 8 rows' sums: codes unpacked here, or interleaved in the buffer.
+      auto sums = [&](int64_t b) __attribute__((always_inline)) {
         if (single) {
           __m256i q[kTileRows * kVectors];
 #pragma GCC unroll 8
@@ -254,14 +407,19 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
           }
           return _mm256_cvtepi32_ps(block_sums<Bits>(q, x8 + b * kInt8Block));
         }
-        return _mm256_cvtepi32_ps(block_sums<Bits>(codes[b], x8 + b * kInt8Block));
+        if constexpr (kByteCodes<Bits>) {
+          return _mm256_cvtepi32_ps(interleaved_sums<Bits>(codes[b], x8 + b * kInt8Block));
+        } else {
+          return _mm256_cvtepi32_ps(interleaved_sums<Bits>(codes[b], widened + b * kInt8Block));
+        }
       };
       __m256 sum = _mm256_load_ps(acc[i - i0]);
       __m256 bias = _mm256_load_ps(bias_acc[i - i0]);
       for (int64_t g = 0; g < chunk_groups; ++g) {
-        const int64_t b0 = g * blocks_per_group;
+        const int64_t b0 = g * BlocksPerGroup;
         __m256 t = _mm256_mul_ps(_mm256_set1_ps(d[b0]), sums(b0));
-        for (int64_t b = b0 + 1; b < b0 + blocks_per_group; ++b) {
+#pragma GCC unroll 4
+        for (int64_t b = b0 + 1; b < b0 + BlocksPerGroup; ++b) {
           t = _mm256_fmadd_ps(_mm256_set1_ps(d[b]), sums(b), t);
         }
         sum = _mm256_fmadd_ps(_mm256_load_ps(scales[g]), t, sum);
@@ -279,14 +437,26 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
   }
 }
 
-template <int Bits>
-void int8_rows_typed(const Int8Task& task, int64_t row_begin, int64_t row_end) {
+template <int Bits, int BlocksPerGroup>
+void int8_rows_grouped(const Int8Task& task, int64_t row_begin, int64_t row_end) {
   for (int64_t i0 = 0; i0 < task.m; i0 += kActivationBlockRows) {
     const int64_t i1 = std::min(task.m, i0 + kActivationBlockRows);
     for (int64_t row = row_begin; row < row_end; row += kTileRows) {
       const int rows = static_cast<int>(std::min<int64_t>(kTileRows, row_end - row));
-      int8_tile<Bits>(task, row, rows, i0, i1);
+      int8_tile<Bits, BlocksPerGroup>(task, row, rows, i0, i1);
     }
+  }
+}
+
+template <int Bits>
+void int8_rows_typed(const Int8Task& task, int64_t row_begin, int64_t row_end) {
+  switch (task.w->format.group_size) {
+    case 32:
+      return int8_rows_grouped<Bits, 1>(task, row_begin, row_end);
+    case 64:
+      return int8_rows_grouped<Bits, 2>(task, row_begin, row_end);
+    default:
+      return int8_rows_grouped<Bits, 4>(task, row_begin, row_end);
   }
 }
 
