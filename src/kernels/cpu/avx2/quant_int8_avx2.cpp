@@ -204,6 +204,17 @@ __attribute__((always_inline)) inline void transpose8x8(const __m256i* a, __m256
   }
 }
 
+// Byte shuffles zero-extending bytes 0, 1 (2, 3) of every dword into its two words.
+constexpr uint8_t kZeroByte = 0x80;
+alignas(32) constexpr uint8_t kLowPairWords[32] = {
+    0,  kZeroByte, 1,  kZeroByte, 4,  kZeroByte, 5,  kZeroByte, 8, kZeroByte, 9, kZeroByte,
+    12, kZeroByte, 13, kZeroByte, 0,  kZeroByte, 1,  kZeroByte, 4, kZeroByte, 5, kZeroByte,
+    8,  kZeroByte, 9,  kZeroByte, 12, kZeroByte, 13, kZeroByte};
+alignas(32) constexpr uint8_t kHighPairWords[32] = {
+    2,  kZeroByte, 3,  kZeroByte, 6,  kZeroByte, 7,  kZeroByte, 10, kZeroByte, 11, kZeroByte,
+    14, kZeroByte, 15, kZeroByte, 2,  kZeroByte, 3,  kZeroByte, 6,  kZeroByte, 7,  kZeroByte,
+    10, kZeroByte, 11, kZeroByte, 14, kZeroByte, 15, kZeroByte};
+
 // The 8 rows' block starting at packed[r] + offset, unpacked and interleaved into steps[kSteps].
 template <int Bits>
 void unpack_interleaved(const uint8_t* const* packed, int64_t offset, __m256i* steps) {
@@ -226,6 +237,24 @@ void unpack_interleaved(const uint8_t* const* packed, int64_t offset, __m256i* s
     for (int k = 0; k < 4; ++k) {
       steps[k] = _mm256_and_si256(dwords[k], mask);
       steps[k + 4] = _mm256_and_si256(_mm256_srli_epi16(dwords[k], 4), mask);
+    }
+    return;
+  } else if constexpr (Bits == 8) {
+    // Straight from the packed bytes: an 8 x 8 transpose of each row's 8 dwords (4 codes each)
+    // gives vector k = codes 4k .. 4k+3 of every row, which a byte shuffle widens into steps 2k
+    // (codes 4k, 4k+1) and 2k + 1 (codes 4k+2, 4k+3).
+    __m256i rows[kTileRows], dwords[kTileRows];
+#pragma GCC unroll 8
+    for (int r = 0; r < kTileRows; ++r) {
+      rows[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(packed[r] + offset));
+    }
+    transpose8x8(rows, dwords);
+    const __m256i low_pair = _mm256_load_si256(reinterpret_cast<const __m256i*>(kLowPairWords));
+    const __m256i high_pair = _mm256_load_si256(reinterpret_cast<const __m256i*>(kHighPairWords));
+#pragma GCC unroll 8
+    for (int k = 0; k < kTileRows; ++k) {
+      steps[2 * k] = _mm256_shuffle_epi8(dwords[k], low_pair);
+      steps[2 * k + 1] = _mm256_shuffle_epi8(dwords[k], high_pair);
     }
     return;
   }
