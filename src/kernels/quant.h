@@ -13,9 +13,10 @@
 //         fp32 scale per block: d_b = max|x| / 127 (fp32), x8 = round-half-even(x / d_b) clamped
 //         to [-127, 127] (d_b = 0: all zeros); it depends only on that row. Then
 //         y = Σ_g [ s_g · Σ_{blocks b in g} d_b · Σ_{k in b} q_k·x8_k + b_g · Σx_g ], the inner
-//         sums exact int32 and Σx_g taken from the fp32 row x (not from x8), left to right. Integer
-//         dot products make this several times cheaper than fp32 per weight, so an extra activation
-//         row (speculative verify, prefill) costs little.
+//         sums exact int32 and Σx_g taken from the fp32 row x (not from x8), left to right. The
+//         integer dot products cost less per weight than fp32 products, most of all when several
+//         activation rows share the unpacked weights (speculative verify, prefill): quant_bench's
+//         numerics/* benchmarks compare the two.
 //
 // Determinism: in either numerics each output y[r, o] is computed in one fixed order (documented
 // in kernels/cpu/quant_impl.h) that depends only on the matrix, x[r] and W[o] — NOT on m, on which

@@ -2,16 +2,17 @@
 // quantized products as exact integer dot products, 8 output rows per tile in the 8 lanes of a ymm
 // register, each lane running the canonical float sequence of one (activation row, output row).
 //
-// A single activation row (decode) multiplies codes straight from registers and reduces each row's
-// partial sums with a transposing tree. Several rows: a tile unpacks its 8 rows' codes one chunk of
-// columns at a time into an L1 buffer, interleaved so that each row's sums build up in its own
-// lane, and reuses them for every activation row of a block, so an extra activation row costs the
-// integer dot products alone. Codes of 2 and 4 bits become bytes multiplied with vpmaddubsw
-// (unsigned codes times signed activations: two products per 16-bit sum, at most 2·15·127, no
-// saturation); codes of 3, 5, 6 and 8 bits become 16-bit words multiplied with vpmaddwd (8-bit
-// codes would saturate vpmaddubsw: 2·255·127 > 32767). Per block of 32 inputs each row's partial
-// sums are reduced to one exact int32, and a transposing vphaddd tree puts the 8 rows' sums into
-// one vector.
+// Codes of 2 and 4 bits are multiplied as bytes with vpmaddubsw (unsigned codes times signed
+// activations: two products per 16-bit sum, at most 2·15·127, no saturation); codes of 3, 5, 6
+// and 8 bits as 16-bit words with vpmaddwd (8-bit codes would saturate vpmaddubsw:
+// 2·255·127 > 32767). Every block of 32 inputs yields one exact int32 per row.
+//
+// A single activation row (decode) multiplies codes unpacked in registers, and a transposing
+// vphadd tree gathers the 8 rows' sums into one vector. Several rows (verify, prefill): a tile
+// unpacks its 8 rows' codes one chunk of 8 groups at a time into an L1 buffer, interleaved so that
+// each row's sums build up in its own lane with no horizontal sums, and reuses them for every
+// activation row of a block of up to 64, so an extra activation row costs the integer dot products
+// alone.
 #include <immintrin.h>
 
 #include <algorithm>
