@@ -1,11 +1,19 @@
 // Quantized matrix-vector products at real Nemotron-3 Nano shapes, with the weight bytes streamed
 // per second beside this machine's measured read bandwidth (counters weights_GBps,
-// weights_GBps_oncpu, read_bw_GBps, pct_of_read_bw).
+// weights_GBps_oncpu, read_bw_GBps, pct_of_read_bw), in the process's numerics (quant.h; int8
+// unless DSPARK_NUMERICS=fp32).
 // Each benchmark cycles through enough copies of its matrix (>= 256 MiB) that the weights come
 // from memory, not from the last-level cache, as they do during decode.
 //
+// numerics/<shape>/<fp32|int8>/m<M>: both numerics side by side at m = 1, 8, 16 on 2 threads,
+// with GMACps (weight-activation products per second) beside the GB/s. peak_int8_macs: the
+// vpmaddubsw + vpmaddwd rate one core sustains (the int8 kernels' compute floor, 32 products per
+// pair), as GMACps.
+//
 //   quant_bench [--benchmark_min_time=0.2s] [--benchmark_repetitions=N]
+//   quant_bench --benchmark_filter='numerics|peak' --benchmark_repetitions=3
 #include <benchmark/benchmark.h>
+#include <immintrin.h>
 #include <time.h>
 
 #include <algorithm>
@@ -108,7 +116,7 @@ void report(benchmark::State& state, double bytes_per_iteration, int threads,
 }
 
 void qmatmul_bench(benchmark::State& state, int bits, int64_t rows, int64_t cols, int64_t m,
-                   int threads, int group) {
+                   int threads, int group, dspark::kernels::Numerics numerics) {
   use_threads(threads);
   read_bandwidth_gbs(threads);
   const QuantStorage first(bits, 1, rows, cols, 1, group);
@@ -118,16 +126,22 @@ void qmatmul_bench(benchmark::State& state, int bits, int64_t rows, int64_t cols
   for (int64_t c = 0; c < copies; ++c) {
     matrices.push_back(std::make_unique<QuantStorage>(bits, 1, rows, cols, 100 + c, group));
   }
-  std::vector<float> x(m * cols, 0.5f), y(m * rows);
+  std::vector<float> x(m * cols), y(m * rows);
+  uint64_t random = 99;
+  for (float& value : x) value = static_cast<float>(next_random(random) % 2001) / 1000.0f - 1.0f;
   int64_t next = 0;
+  const dspark::kernels::Isa isa = dspark::kernels::best_isa();
   const LoopTimer timer;
   for (auto _ : state) {
-    dspark::kernels::qmatmul(x.data(), m, matrices[next]->w, y.data());
+    dspark::kernels::qmatmul_numerics(numerics, isa, x.data(), m, matrices[next]->w, y.data());
     benchmark::DoNotOptimize(y.data());
     next = (next + 1) % copies;
   }
   const double cpu_seconds = thread_cpu_seconds() - timer.cpu;
+  const double wall_seconds = dspark::now_seconds() - timer.wall;
   report(state, static_cast<double>(bytes), threads, timer);
+  state.counters["GMACps"] = static_cast<double>(rows * cols * m) *
+                             static_cast<double>(state.iterations()) / wall_seconds / 1e9;
   state.counters["us_per_row_oncpu"] =
       1e6 * cpu_seconds / static_cast<double>(state.iterations()) / static_cast<double>(m);
 }
@@ -182,14 +196,70 @@ void register_default_model_benchmarks() {
                                std::to_string(shape.bits) + "_g32/m" + std::to_string(m) +
                                "/threads:1";
       benchmark::RegisterBenchmark(name.c_str(), qmatmul_bench, shape.bits, shape.rows, shape.cols,
-                                   m, 1, 32)
+                                   m, 1, 32, dspark::kernels::numerics())
           ->UseRealTime()
           ->Unit(benchmark::kMicrosecond);
     }
   }
 }
 
+// The fp32 and int8 numerics side by side on 2 threads (and on 1, where weights_GBps_oncpu is the
+// kernel's own speed on a busy machine): a small matrix whose weights fit in L2
+// (SmolLM2's gate projection shape) and a 4096 x 4096 one, 4-bit group 64, at m = 1, 8, 16.
+void register_numerics_benchmarks() {
+  const Shape shapes[] = {{"576x1536", 1536, 576}, {"4096x4096", 4096, 4096}};
+  for (const Shape& shape : shapes) {
+    for (int threads : {2, 1}) {
+      for (int64_t m : {1, 8, 16}) {
+        for (auto numerics : {dspark::kernels::Numerics::fp32, dspark::kernels::Numerics::int8}) {
+          const std::string name = std::string("numerics/") + shape.name + "/b4_g64/" +
+                                   dspark::kernels::numerics_name(numerics) + "/m" +
+                                   std::to_string(m) + "/threads:" + std::to_string(threads);
+          benchmark::RegisterBenchmark(name.c_str(), qmatmul_bench, 4, shape.rows, shape.cols, m,
+                                       threads, 64, numerics)
+              ->UseRealTime()
+              ->Unit(benchmark::kMicrosecond);
+        }
+      }
+    }
+  }
+}
+
+// 12 independent chains of vpmaddubsw + vpmaddwd + vpaddd, 32 products per chain step: the
+// int8 kernels' multiply rate on one core with nothing else in the way.
+__attribute__((target("avx2"))) void peak_int8_macs(benchmark::State& state) {
+  constexpr int kChains = 12;
+  constexpr int64_t kSteps = 4096;
+  __m256i acc[kChains];
+  __m256i codes[kChains];
+  for (int c = 0; c < kChains; ++c) {
+    acc[c] = _mm256_setzero_si256();
+    codes[c] = _mm256_set1_epi8(static_cast<char>(c + 1));
+  }
+  const __m256i x = _mm256_set1_epi8(3), ones = _mm256_set1_epi16(1);
+  const double start = dspark::now_seconds();
+  for (auto _ : state) {
+    for (int64_t step = 0; step < kSteps; ++step) {
+#pragma GCC unroll 12
+      for (int c = 0; c < kChains; ++c) {
+        acc[c] =
+            _mm256_add_epi32(acc[c], _mm256_madd_epi16(_mm256_maddubs_epi16(codes[c], x), ones));
+      }
+    }
+    for (int c = 0; c < kChains; ++c) benchmark::DoNotOptimize(acc[c]);
+  }
+  const double seconds = dspark::now_seconds() - start;
+  state.counters["GMACps"] =
+      32.0 * kChains * kSteps * static_cast<double>(state.iterations()) / seconds / 1e9;
+}
+
 void register_benchmarks() {
+  register_numerics_benchmarks();
+  if (dspark::cpu_features().avx2) {
+    benchmark::RegisterBenchmark("peak_int8_macs/threads:1", peak_int8_macs)
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
+  }
   register_default_model_benchmarks();
   const Shape shapes[] = {{"in_proj_2688x10304", 10304, 2688},
                           {"out_proj_4096x2688", 2688, 4096},
@@ -202,7 +272,7 @@ void register_benchmarks() {
         const std::string name = std::string("qmatmul/") + shape.name + "/b" +
                                  std::to_string(bits) + "/m1/threads:" + std::to_string(threads);
         benchmark::RegisterBenchmark(name.c_str(), qmatmul_bench, bits, shape.rows, shape.cols,
-                                     int64_t{1}, threads, 64)
+                                     int64_t{1}, threads, 64, dspark::kernels::numerics())
             ->UseRealTime()
             ->Unit(benchmark::kMicrosecond);
       }
@@ -219,7 +289,7 @@ void register_benchmarks() {
         const std::string name = "qmatmul/in_proj_2688x10304/b" + std::to_string(bits) + "/m" +
                                  std::to_string(m) + "/threads:" + std::to_string(threads);
         benchmark::RegisterBenchmark(name.c_str(), qmatmul_bench, bits, int64_t{10304},
-                                     int64_t{2688}, m, threads, 64)
+                                     int64_t{2688}, m, threads, 64, dspark::kernels::numerics())
             ->UseRealTime()
             ->Unit(benchmark::kMicrosecond);
       }
@@ -233,6 +303,8 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   register_benchmarks();
   benchmark::AddCustomContext("isa", dspark::kernels::isa_name(dspark::kernels::best_isa()));
+  benchmark::AddCustomContext("numerics",
+                              dspark::kernels::numerics_name(dspark::kernels::numerics()));
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

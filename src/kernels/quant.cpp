@@ -1,6 +1,7 @@
 #include "kernels/quant.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -138,6 +139,54 @@ void prepare_activations(const float* x, int64_t m, const QuantMatrix& w,
     }
   }
 }
+
+// Activation rows quantized for the int8 kernels, once per call for all rows.
+struct Int8Activations {
+  std::vector<int8_t> x8;
+  std::vector<float> block_scales;
+  std::vector<float> sums;
+  std::vector<const int8_t*> x8_rows;
+  std::vector<const float*> scale_rows;
+  std::vector<const float*> sum_rows;
+};
+
+void prepare_int8_activations(const cpu::KernelTable& table, const float* x, int64_t m,
+                              const QuantMatrix& w, Int8Activations& out) {
+  const int64_t cols = w.cols;
+  const int64_t group = w.format.group_size;
+  const int64_t groups = w.groups_per_row();
+  const int64_t blocks = cols / cpu::kInt8Block;
+  out.x8.resize(m * cols);
+  out.block_scales.resize(m * blocks);
+  out.sums.resize(m * groups);
+  out.x8_rows.resize(m);
+  out.scale_rows.resize(m);
+  out.sum_rows.resize(m);
+  for (int64_t i = 0; i < m; ++i) {
+    const float* row = x + i * cols;
+    float* sums = out.sums.data() + i * groups;
+    for (int64_t g = 0; g < groups; ++g) {
+      float sum = 0.0f;
+      for (int64_t k = g * group; k < (g + 1) * group; ++k) sum += row[k];
+      sums[g] = sum;
+    }
+    int8_t* x8 = out.x8.data() + i * cols;
+    float* scales = out.block_scales.data() + i * blocks;
+    table.quantize_activations(row, cols, w.format.bits, x8, scales);
+    out.x8_rows[i] = x8;
+    out.scale_rows[i] = scales;
+    out.sum_rows[i] = sums;
+  }
+}
+
+Numerics numerics_from_environment() {
+  const char* requested = std::getenv("DSPARK_NUMERICS");
+  if (requested == nullptr || *requested == '\0') return Numerics::int8;
+  return parse_numerics(requested, "DSPARK_NUMERICS");
+}
+
+// -1 until first use; then the Numerics value.
+std::atomic<int> current_numerics{-1};
 
 // Rows of x sharing an expert, in first-seen order of experts and increasing row order.
 struct ExpertSegment {
@@ -280,12 +329,6 @@ void quantize_row(const float* weights, int64_t cols, QuantFormat format, DType 
   }
 }
 
-void run_quant_task(const cpu::KernelTable& table, const cpu::QuantTask& task, int64_t rows) {
-  default_pool().parallel_for(
-      rows, row_grain(task.w->cols, task.m),
-      [&](int64_t begin, int64_t end, int) { table.quant_rows(task, begin, end); });
-}
-
 template <typename Convert>
 void convert_in_parallel(int64_t n, Convert convert) {
   constexpr int64_t kChunk = 1 << 16;
@@ -377,20 +420,72 @@ void dequantize_rows_mlx(const QuantMatrix& w, int64_t expert, int64_t row_begin
   dequantize(w, expert, row_begin, row_end, out, true);
 }
 
+const char* numerics_name(Numerics numerics) {
+  switch (numerics) {
+    case Numerics::int8:
+      return "int8";
+    case Numerics::fp32:
+      return "fp32";
+  }
+  return "?";
+}
+
+Numerics parse_numerics(std::string_view name, const char* what) {
+  for (Numerics numerics : {Numerics::int8, Numerics::fp32}) {
+    if (name == numerics_name(numerics)) return numerics;
+  }
+  fail("{}: numerics '{}' is not one of int8, fp32", what, name);
+}
+
+Numerics numerics() {
+  int value = current_numerics.load(std::memory_order_relaxed);
+  if (value < 0) {
+    int unset = -1;
+    current_numerics.compare_exchange_strong(unset, static_cast<int>(numerics_from_environment()));
+    value = current_numerics.load(std::memory_order_relaxed);
+  }
+  return static_cast<Numerics>(value);
+}
+
+void set_numerics(Numerics numerics) {
+  current_numerics.store(static_cast<int>(numerics), std::memory_order_relaxed);
+}
+
 void qmatmul(const float* x, int64_t m, const QuantMatrix& w, float* y, int64_t expert) {
-  qmatmul_isa(best_isa(), x, m, w, y, expert);
+  qmatmul_numerics(numerics(), best_isa(), x, m, w, y, expert);
 }
 
 void qmatmul_isa(Isa isa, const float* x, int64_t m, const QuantMatrix& w, float* y,
                  int64_t expert) {
+  qmatmul_numerics(numerics(), isa, x, m, w, y, expert);
+}
+
+void qmatmul_numerics(Numerics numerics, Isa isa, const float* x, int64_t m, const QuantMatrix& w,
+                      float* y, int64_t expert) {
   check_matrix(w, "qmatmul");
   check_expert(expert, w.experts, "qmatmul");
   check_isa(isa);
   if (m <= 0) return;
-  PreparedActivations prepared;
-  prepare_activations(x, m, w, prepared);
+  const cpu::KernelTable& table = cpu::kernel_table(isa);
   std::vector<float*> y_rows(m);
   for (int64_t i = 0; i < m; ++i) y_rows[i] = y + i * w.rows;
+  const int64_t grain = row_grain(w.cols, m);
+  if (numerics == Numerics::int8) {
+    Int8Activations prepared;
+    prepare_int8_activations(table, x, m, w, prepared);
+    const cpu::Int8Task task{&w,
+                             expert,
+                             m,
+                             prepared.x8_rows.data(),
+                             prepared.scale_rows.data(),
+                             prepared.sum_rows.data(),
+                             y_rows.data()};
+    default_pool().parallel_for(
+        w.rows, grain, [&](int64_t begin, int64_t end, int) { table.int8_rows(task, begin, end); });
+    return;
+  }
+  PreparedActivations prepared;
+  prepare_activations(x, m, w, prepared);
   const cpu::QuantTask task{&w,
                             expert,
                             m,
@@ -398,52 +493,85 @@ void qmatmul_isa(Isa isa, const float* x, int64_t m, const QuantMatrix& w, float
                             prepared.slot_rows.data(),
                             prepared.sum_rows.data(),
                             y_rows.data()};
-  run_quant_task(cpu::kernel_table(isa), task, w.rows);
+  default_pool().parallel_for(
+      w.rows, grain, [&](int64_t begin, int64_t end, int) { table.quant_rows(task, begin, end); });
 }
 
 void gather_qmatmul(const float* x, int64_t m, const int32_t* expert_ids, const QuantMatrix& w,
                     float* y) {
-  gather_qmatmul_isa(best_isa(), x, m, expert_ids, w, y);
+  gather_qmatmul_numerics(numerics(), best_isa(), x, m, expert_ids, w, y);
 }
 
 void gather_qmatmul_isa(Isa isa, const float* x, int64_t m, const int32_t* expert_ids,
                         const QuantMatrix& w, float* y) {
+  gather_qmatmul_numerics(numerics(), isa, x, m, expert_ids, w, y);
+}
+
+void gather_qmatmul_numerics(Numerics numerics, Isa isa, const float* x, int64_t m,
+                             const int32_t* expert_ids, const QuantMatrix& w, float* y) {
   check_matrix(w, "gather_qmatmul");
   check_isa(isa);
   if (m <= 0) return;
   const auto segments = segments_by_expert(expert_ids, m, w.experts, "gather_qmatmul");
-  PreparedActivations prepared;
-  prepare_activations(x, m, w, prepared);
-  // Per segment, the pointer arrays the kernel reads, gathered from the prepared rows.
+  const cpu::KernelTable& table = cpu::kernel_table(isa);
   const int64_t count = static_cast<int64_t>(segments.size());
-  std::vector<const float*> x_rows(m), slot_rows(m), sum_rows(m);
+  // Activations are prepared once for all rows; per segment, the kernel reads pointer arrays
+  // gathered from the prepared rows.
+  const bool int8 = numerics == Numerics::int8;
+  PreparedActivations prepared;
+  Int8Activations prepared_int8;
+  if (int8) {
+    prepare_int8_activations(table, x, m, w, prepared_int8);
+  } else {
+    prepare_activations(x, m, w, prepared);
+  }
+  std::vector<const float*> x_rows(m), slot_rows(m), sum_rows(m), scale_rows(m);
+  std::vector<const int8_t*> x8_rows(m);
   std::vector<float*> y_rows(m);
   std::vector<cpu::QuantTask> tasks(count);
+  std::vector<cpu::Int8Task> int8_tasks(count);
   int64_t offset = 0;
   for (int64_t s = 0; s < count; ++s) {
-    for (int64_t k = 0; k < static_cast<int64_t>(segments[s].rows.size()); ++k) {
+    const auto rows = static_cast<int64_t>(segments[s].rows.size());
+    for (int64_t k = 0; k < rows; ++k) {
       const int64_t r = segments[s].rows[k];
-      x_rows[offset + k] = prepared.x_rows[r];
-      slot_rows[offset + k] = prepared.slot_rows[r];
-      sum_rows[offset + k] = prepared.sum_rows[r];
       y_rows[offset + k] = y + r * w.rows;
+      if (int8) {
+        x8_rows[offset + k] = prepared_int8.x8_rows[r];
+        scale_rows[offset + k] = prepared_int8.scale_rows[r];
+        sum_rows[offset + k] = prepared_int8.sum_rows[r];
+      } else {
+        x_rows[offset + k] = prepared.x_rows[r];
+        slot_rows[offset + k] = prepared.slot_rows[r];
+        sum_rows[offset + k] = prepared.sum_rows[r];
+      }
     }
     tasks[s] = {&w,
                 segments[s].expert,
-                static_cast<int64_t>(segments[s].rows.size()),
+                rows,
                 x_rows.data() + offset,
                 slot_rows.data() + offset,
                 sum_rows.data() + offset,
                 y_rows.data() + offset};
-    offset += static_cast<int64_t>(segments[s].rows.size());
+    int8_tasks[s] = {&w,
+                     segments[s].expert,
+                     rows,
+                     x8_rows.data() + offset,
+                     scale_rows.data() + offset,
+                     sum_rows.data() + offset,
+                     y_rows.data() + offset};
+    offset += rows;
   }
   const auto items = gather_items(segments, w.rows, row_grain(w.cols, m / count));
-  const cpu::KernelTable& table = cpu::kernel_table(isa);
   default_pool().parallel_for(
       static_cast<int64_t>(items.size()), 1, [&](int64_t begin, int64_t end, int) {
         for (int64_t k = begin; k < end; ++k) {
           const GatherItem& item = items[k];
-          table.quant_rows(tasks[item.segment], item.row_begin, item.row_end);
+          if (int8) {
+            table.int8_rows(int8_tasks[item.segment], item.row_begin, item.row_end);
+          } else {
+            table.quant_rows(tasks[item.segment], item.row_begin, item.row_end);
+          }
         }
       });
 }

@@ -5,17 +5,28 @@
 // little-endian bit stream of `cols * bits / 32` U32 words; scales and biases hold one value per
 // group of `group_size` consecutive inputs. Pointers may be unaligned (MLX does not pad tensors).
 //
-// Every product accumulates in fp32 and computes y[r, o] = Σ_i x[r, i] · (s·q + b), factored per
-// group as s·Σ x·q + b·Σ x.
+// Quantized products have two numerics (see Numerics below); both compute
+// y[r, o] = Σ_i x[r, i] · (s·q + b), factored per group g as s_g·Σ x·q + b_g·Σ x:
+//   fp32: every product and sum in fp32, x used as given (the oracle path: it matches MLX's
+//         fp32 arithmetic up to summation order).
+//   int8: each activation row is first quantized to int8 in blocks of 32 inputs, symmetric, one
+//         fp32 scale per block: d_b = max|x| / 127 (fp32), x8 = round-half-even(x / d_b) clamped
+//         to [-127, 127] (d_b = 0: all zeros); it depends only on that row. Then
+//         y = Σ_g [ s_g · Σ_{blocks b in g} d_b · Σ_{k in b} q_k·x8_k + b_g · Σx_g ], the inner
+//         sums exact int32 and Σx_g taken from the fp32 row x (not from x8), left to right. The
+//         integer dot products cost less per weight than fp32 products, most of all when several
+//         activation rows share the unpacked weights (speculative verify, prefill): quant_bench's
+//         numerics/* benchmarks compare the two.
 //
-// Determinism: each output y[r, o] is computed in one fixed summation order (documented in
-// kernels/cpu/quant_impl.h) that depends only on the matrix, x[r] and W[o] — NOT on m, on which
+// Determinism: in either numerics each output y[r, o] is computed in one fixed order (documented
+// in kernels/cpu/quant_impl.h) that depends only on the matrix, x[r] and W[o] — NOT on m, on which
 // other rows are in the batch, on the expert mix of a gathered product, on the thread count, or
 // on the ISA. So qmatmul's row r result is bit-identical whether it is computed alone (m = 1,
 // plain decode) or inside a batch (m > 1, speculative verify), and gather_qmatmul equals qmatmul
 // with the same expert; likewise for matmul / gather_matmul. All ISAs (scalar, avx2, avx512) give
 // bit-identical results. x is [m, cols] and y is [m, rows], both contiguous fp32, not overlapping.
 #include <cstdint>
+#include <string_view>
 
 #include "tensor/dtype.h"
 
@@ -54,6 +65,17 @@ struct DenseMatrix {
   int64_t cols = 0;
 };
 
+// The arithmetic of quantized products (above). Dense (unquantized) matrices always use fp32.
+enum class Numerics { int8, fp32 };
+const char* numerics_name(Numerics numerics);
+// "int8" or "fp32"; anything else throws dspark::Error naming `what` (e.g. "--numerics").
+Numerics parse_numerics(std::string_view name, const char* what);
+// The process-wide numerics of qmatmul / gather_qmatmul (and their *_isa forms): int8 unless
+// DSPARK_NUMERICS=int8|fp32 says otherwise (read at first use; a bad value throws), or
+// set_numerics was called. Set it before products run concurrently (e.g. from a CLI flag).
+Numerics numerics();
+void set_numerics(Numerics numerics);
+
 enum class Isa { scalar, avx2, avx512 };
 const char* isa_name(Isa isa);
 // The best ISA this CPU supports, unless DSPARK_ISA=scalar|avx2|avx512 asks for another (an
@@ -76,10 +98,14 @@ void dequantize_rows(const QuantMatrix& w, int64_t expert, int64_t row_begin, in
 void dequantize_rows_mlx(const QuantMatrix& w, int64_t expert, int64_t row_begin, int64_t row_end,
                          float* out);
 
-// y[m, rows] = x[m, cols] · W[expert]ᵀ. Multithreaded on the default pool.
+// y[m, rows] = x[m, cols] · W[expert]ᵀ in numerics(). Multithreaded on the default pool.
 void qmatmul(const float* x, int64_t m, const QuantMatrix& w, float* y, int64_t expert = 0);
 void qmatmul_isa(Isa isa, const float* x, int64_t m, const QuantMatrix& w, float* y,
                  int64_t expert = 0);
+
+// The same in the given numerics, whatever numerics() says.
+void qmatmul_numerics(Numerics numerics, Isa isa, const float* x, int64_t m, const QuantMatrix& w,
+                      float* y, int64_t expert = 0);
 
 // Gathered per-expert product: row r of x (cols wide) is multiplied by expert expert_ids[r]:
 // y[r, rows] = x[r] · W[expert_ids[r]]ᵀ. Rows sharing an expert read its weights once.
@@ -87,6 +113,8 @@ void gather_qmatmul(const float* x, int64_t m, const int32_t* expert_ids, const 
                     float* y);
 void gather_qmatmul_isa(Isa isa, const float* x, int64_t m, const int32_t* expert_ids,
                         const QuantMatrix& w, float* y);
+void gather_qmatmul_numerics(Numerics numerics, Isa isa, const float* x, int64_t m,
+                             const int32_t* expert_ids, const QuantMatrix& w, float* y);
 
 // y[m, rows] = x[m, cols] · W[expert]ᵀ for an unquantized matrix.
 void matmul(const float* x, int64_t m, const DenseMatrix& w, float* y, int64_t expert = 0);

@@ -56,12 +56,13 @@ void check_batches(const QuantMatrix& w, int64_t expert, uint32_t seed) {
   // Each row alone, on the scalar reference.
   std::vector<float> alone(kMaxBatch * rows);
   for (int64_t i = 0; i < kMaxBatch; ++i) {
-    qmatmul_isa(Isa::scalar, x.data() + i * cols, 1, w, alone.data() + i * rows, expert);
+    qmatmul_numerics(Numerics::fp32, Isa::scalar, x.data() + i * cols, 1, w,
+                     alone.data() + i * rows, expert);
   }
   for (Isa isa : supported_isas()) {
     for (int64_t m = 1; m <= kMaxBatch; ++m) {
       std::vector<float> y(m * rows, -1.0f);
-      qmatmul_isa(isa, x.data(), m, w, y.data(), expert);
+      qmatmul_numerics(Numerics::fp32, isa, x.data(), m, w, y.data(), expert);
       const std::string difference = compare(y.data(), alone.data(), m, rows);
       ASSERT_EQ(difference, "") << isa_name(isa) << " m=" << m;
     }
@@ -119,20 +120,23 @@ TEST(QuantBlocking, GatheredBatchesEqualRowsAloneAtAnyThreadCount) {
   for (int64_t i = 0; i < m; ++i) ids[i] = static_cast<int32_t>(i * 7 % experts);
   std::vector<float> alone(m * rows);
   for (int64_t i = 0; i < m; ++i) {
-    qmatmul_isa(Isa::scalar, x.data() + i * cols, 1, matrix.w, alone.data() + i * rows, ids[i]);
+    qmatmul_numerics(Numerics::fp32, Isa::scalar, x.data() + i * cols, 1, matrix.w,
+                     alone.data() + i * rows, ids[i]);
   }
   for (int threads : {1, 2, 3}) {
     set_default_threads(threads);
     for (Isa isa : supported_isas()) {
       std::vector<float> gathered(m * rows, -1.0f);
-      gather_qmatmul_isa(isa, x.data(), m, ids.data(), matrix.w, gathered.data());
+      gather_qmatmul_numerics(Numerics::fp32, isa, x.data(), m, ids.data(), matrix.w,
+                              gathered.data());
       EXPECT_EQ(compare(gathered.data(), alone.data(), m, rows), "")
           << isa_name(isa) << " threads " << threads;
       // Expert 0 for every row: the plain product of a batch of 19 rows.
       std::vector<float> plain(m * rows, -1.0f), plain_alone(m * rows);
-      qmatmul_isa(isa, x.data(), m, matrix.w, plain.data());
+      qmatmul_numerics(Numerics::fp32, isa, x.data(), m, matrix.w, plain.data());
       for (int64_t i = 0; i < m; ++i) {
-        qmatmul_isa(Isa::scalar, x.data() + i * cols, 1, matrix.w, plain_alone.data() + i * rows);
+        qmatmul_numerics(Numerics::fp32, Isa::scalar, x.data() + i * cols, 1, matrix.w,
+                         plain_alone.data() + i * rows);
       }
       EXPECT_EQ(compare(plain.data(), plain_alone.data(), m, rows), "")
           << isa_name(isa) << " threads " << threads;

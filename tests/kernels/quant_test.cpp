@@ -57,7 +57,7 @@ TEST_P(QuantProductTest, ScalarReferenceMatchesExactArithmetic) {
   const auto matrix = make_quant_matrix(bits(), group(), scale_dtype(), experts, rows, cols, 7);
   const auto x = random_activations(m * cols, 8);
   std::vector<float> y(m * rows);
-  qmatmul_isa(Isa::scalar, x.data(), m, matrix.w, y.data(), 1);
+  qmatmul_numerics(Numerics::fp32, Isa::scalar, x.data(), m, matrix.w, y.data(), 1);
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t r = 0; r < rows; ++r) {
       double exact = 0.0, magnitude = 0.0;
@@ -81,10 +81,10 @@ TEST_P(QuantProductTest, EverySimdIsaEqualsScalarBitForBit) {
   for (int64_t m : {1, 2, 3, 5, 9}) {
     const auto x = random_activations(m * cols, static_cast<uint32_t>(100 + m));
     std::vector<float> reference(m * rows);
-    qmatmul_isa(Isa::scalar, x.data(), m, matrix.w, reference.data(), 2);
+    qmatmul_numerics(Numerics::fp32, Isa::scalar, x.data(), m, matrix.w, reference.data(), 2);
     for (Isa isa : supported_isas()) {
       std::vector<float> y(m * rows, -1.0f);
-      qmatmul_isa(isa, x.data(), m, matrix.w, y.data(), 2);
+      qmatmul_numerics(Numerics::fp32, isa, x.data(), m, matrix.w, y.data(), 2);
       EXPECT_TRUE(same_bits(y, reference)) << isa_name(isa) << " m=" << m << " first difference at "
                                            << first_difference(y, reference);
     }
@@ -97,10 +97,10 @@ TEST_P(QuantProductTest, RowResultDoesNotDependOnBatch) {
   const auto x = random_activations(m * cols, 14);
   for (Isa isa : supported_isas()) {
     std::vector<float> batch(m * rows);
-    qmatmul_isa(isa, x.data(), m, matrix.w, batch.data());
+    qmatmul_numerics(Numerics::fp32, isa, x.data(), m, matrix.w, batch.data());
     for (int64_t i = 0; i < m; ++i) {
       std::vector<float> alone(rows);
-      qmatmul_isa(isa, x.data() + i * cols, 1, matrix.w, alone.data());
+      qmatmul_numerics(Numerics::fp32, isa, x.data() + i * cols, 1, matrix.w, alone.data());
       const std::vector<float> from_batch(batch.begin() + i * rows, batch.begin() + (i + 1) * rows);
       EXPECT_TRUE(same_bits(alone, from_batch)) << isa_name(isa) << " activation row " << i;
     }
@@ -114,10 +114,12 @@ TEST_P(QuantProductTest, GatheredProductEqualsPerExpertProducts) {
   const std::vector<int32_t> ids = {4, 0, 4, 2, 0, 4, 1};
   for (Isa isa : supported_isas()) {
     std::vector<float> gathered(m * rows, -1.0f);
-    gather_qmatmul_isa(isa, x.data(), m, ids.data(), matrix.w, gathered.data());
+    gather_qmatmul_numerics(Numerics::fp32, isa, x.data(), m, ids.data(), matrix.w,
+                            gathered.data());
     for (int64_t r = 0; r < m; ++r) {
       std::vector<float> single(rows);
-      qmatmul_isa(Isa::scalar, x.data() + r * cols, 1, matrix.w, single.data(), ids[r]);
+      qmatmul_numerics(Numerics::fp32, Isa::scalar, x.data() + r * cols, 1, matrix.w, single.data(),
+                       ids[r]);
       const std::vector<float> got(gathered.begin() + r * rows, gathered.begin() + (r + 1) * rows);
       EXPECT_TRUE(same_bits(got, single)) << isa_name(isa) << " row " << r;
     }
@@ -154,10 +156,10 @@ TEST(QuantProduct, NemotronShapeAllIsasAgree) {
     for (int64_t m : {1, 4}) {
       const auto x = random_activations(m * cols, 24);
       std::vector<float> reference(m * rows);
-      qmatmul_isa(Isa::scalar, x.data(), m, matrix.w, reference.data());
+      qmatmul_numerics(Numerics::fp32, Isa::scalar, x.data(), m, matrix.w, reference.data());
       for (Isa isa : supported_isas()) {
         std::vector<float> y(m * rows);
-        qmatmul_isa(isa, x.data(), m, matrix.w, y.data());
+        qmatmul_numerics(Numerics::fp32, isa, x.data(), m, matrix.w, y.data());
         EXPECT_TRUE(same_bits(y, reference)) << isa_name(isa) << " bits " << bits << " m=" << m;
       }
     }
@@ -173,9 +175,10 @@ TEST(QuantProduct, ResultDoesNotDependOnThreadCount) {
   for (int threads : {1, 2, 3}) {
     set_default_threads(threads);
     plain.emplace_back(m * rows);
-    qmatmul(x.data(), m, matrix.w, plain.back().data(), 2);
+    qmatmul_numerics(Numerics::fp32, best_isa(), x.data(), m, matrix.w, plain.back().data(), 2);
     gathered.emplace_back(m * rows);
-    gather_qmatmul(x.data(), m, ids.data(), matrix.w, gathered.back().data());
+    gather_qmatmul_numerics(Numerics::fp32, best_isa(), x.data(), m, ids.data(), matrix.w,
+                            gathered.back().data());
   }
   set_default_threads(2);
   EXPECT_TRUE(same_bits(plain[0], plain[1]));

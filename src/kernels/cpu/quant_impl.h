@@ -23,6 +23,23 @@
 // element 3. Activations are permuted once into slot order ("xslots") so that the kernels read
 // them contiguously.
 //
+// Int8 numerics (quant.h). Activation row x (cols a multiple of 32) is quantized per block b of
+// 32 inputs: amax_b = max_k |x[k]|, d_b = amax_b / 127 (fp32 division); if d_b = 0 every x8 is 0,
+// else c = x[k] / d_b (fp32 division), c = c < 127 ? c : 127, c = c > -127 ? c : -127 (so a NaN
+// becomes 127, as minps/maxps do), x8[k] = round-half-even(c). xsum_g as in the fp32 order above.
+// Per output (row of W, activation row), with isum_b = Σ_{k in b} q[k]·x8[k] exact in int32 (any
+// order; |isum_b| <= 32·255·127 < 2^24, so float(isum_b) is exact):
+//     acc = 0, bias = 0
+//     for each group g in order:
+//       t = d_{b0} * float(isum_{b0})                 b0..bn the blocks of g, in order
+//       t = fma(d_{bj}, float(isum_{bj}), t)          for j = 1..n
+//       acc  = fma(s_g, t, acc)
+//       bias = fma(b_g, xsum_g, bias)
+//     y = acc + bias
+// SIMD kernels run this sequence in one vector lane per output row, so the order never depends
+// on m, tiling, threads or ISA. Each table quantizes activations into the element order its own
+// int8 kernel reads (the integer sums do not depend on it); its block scales are the same.
+//
 // The ISA translation units are compiled with AVX flags; anything they share with portable code
 // must not be an inline function or template instantiated there (the linker could keep the AVX
 // copy), so this header holds only declarations and `static` helpers.
@@ -65,8 +82,27 @@ struct DenseTask {
   float* const* y = nullptr;
 };
 
+// Activation rows quantized for the int8 numerics, multiplied by rows [begin, end) of one expert.
+struct Int8Task {
+  const QuantMatrix* w = nullptr;
+  int64_t expert = 0;
+  int64_t m = 0;
+  const int8_t* const* x8 = nullptr;           // m rows of cols values, in the table's order
+  const float* const* block_scales = nullptr;  // m rows of cols / 32 values d_b
+  const float* const* xsums = nullptr;         // m rows of groups_per_row values
+  float* const* y = nullptr;
+};
+
+// Quantized activations are made and read in blocks of this many inputs.
+constexpr int64_t kInt8Block = 32;
+
 struct KernelTable {
   void (*quant_rows)(const QuantTask& task, int64_t row_begin, int64_t row_end);
+  void (*int8_rows)(const Int8Task& task, int64_t row_begin, int64_t row_end);
+  // One activation row of `cols` inputs to int8 for a `bits`-bit matrix: x8[cols] in the order
+  // int8_rows reads, block_scales[cols / 32].
+  void (*quantize_activations)(const float* x, int64_t cols, int bits, int8_t* x8,
+                               float* block_scales);
   void (*dense_rows)(const DenseTask& task, int64_t row_begin, int64_t row_end);
   void (*bf16_to_f32)(const uint8_t* src, int64_t n, float* dst);
   void (*f16_to_f32)(const uint8_t* src, int64_t n, float* dst);
@@ -75,6 +111,11 @@ struct KernelTable {
   // dead-code elimination. Used by the read-bandwidth probe.
   uint64_t (*read_sweep)(const uint8_t* data, int64_t bytes);
 };
+
+// The AVX2 int8 kernels, which the AVX-512 table also uses (every AVX-512 CPU runs them).
+void int8_rows_avx2(const Int8Task& task, int64_t row_begin, int64_t row_end);
+void quantize_activations_avx2(const float* x, int64_t cols, int bits, int8_t* x8,
+                               float* block_scales);
 
 extern const KernelTable kRefKernels;
 extern const KernelTable kAvx2Kernels;

@@ -83,6 +83,64 @@ void quant_rows(const QuantTask& task, int64_t row_begin, int64_t row_end) {
   }
 }
 
+// The int8 order of quant_impl.h, activations in element order.
+void int8_rows(const Int8Task& task, int64_t row_begin, int64_t row_end) {
+  const QuantMatrix& w = *task.w;
+  const int bits = w.format.bits;
+  const int64_t group = w.format.group_size;
+  const int64_t groups = w.groups_per_row();
+  const int64_t row_bytes = w.words_per_row() * 4;
+  const int64_t scale_size = static_cast<int64_t>(dtype_size(w.scale_dtype));
+  for (int64_t row = row_begin; row < row_end; ++row) {
+    const int64_t stored_row = task.expert * w.rows + row;
+    const uint8_t* packed = w.packed + stored_row * row_bytes;
+    const uint8_t* scales = w.scales + stored_row * groups * scale_size;
+    const uint8_t* biases = w.biases + stored_row * groups * scale_size;
+    for (int64_t i = 0; i < task.m; ++i) {
+      const int8_t* x8 = task.x8[i];
+      float acc = 0.0f, bias = 0.0f;
+      for (int64_t g = 0; g < groups; ++g) {
+        float t = 0.0f;
+        for (int64_t first = g * group; first < (g + 1) * group; first += kInt8Block) {
+          int32_t isum = 0;
+          for (int64_t k = first; k < first + kInt8Block; ++k) {
+            isum += static_cast<int32_t>(unpack_element(packed, row_bytes, bits, k)) * x8[k];
+          }
+          const float d = task.block_scales[i][first / kInt8Block];
+          t = first == g * group ? d * static_cast<float>(isum)
+                                 : std::fma(d, static_cast<float>(isum), t);
+        }
+        acc = std::fma(load_as_float(scales, w.scale_dtype, g), t, acc);
+        bias = std::fma(load_as_float(biases, w.scale_dtype, g), task.xsums[i][g], bias);
+      }
+      task.y[i][row] = acc + bias;
+    }
+  }
+}
+
+void quantize_activations(const float* x, int64_t cols, int /*bits*/, int8_t* x8,
+                          float* block_scales) {
+  for (int64_t first = 0; first < cols; first += kInt8Block) {
+    float amax = 0.0f;
+    for (int64_t k = first; k < first + kInt8Block; ++k) {
+      const float magnitude = std::fabs(x[k]);
+      amax = magnitude > amax ? magnitude : amax;
+    }
+    const float d = amax / 127.0f;
+    block_scales[first / kInt8Block] = d;
+    for (int64_t k = first; k < first + kInt8Block; ++k) {
+      if (d == 0.0f) {
+        x8[k] = 0;
+        continue;
+      }
+      float c = x[k] / d;
+      c = c < 127.0f ? c : 127.0f;
+      c = c > -127.0f ? c : -127.0f;
+      x8[k] = static_cast<int8_t>(std::nearbyint(c));
+    }
+  }
+}
+
 void dense_rows(const DenseTask& task, int64_t row_begin, int64_t row_end) {
   const DenseMatrix& w = *task.w;
   for (int64_t row = row_begin; row < row_end; ++row) {
@@ -125,7 +183,8 @@ uint64_t read_sweep_ref(const uint8_t* data, int64_t bytes) {
 
 }  // namespace
 
-const KernelTable kRefKernels = {quant_rows,     dense_rows,      bf16_to_f32_ref,
-                                 f16_to_f32_ref, f32_to_bf16_ref, read_sweep_ref};
+const KernelTable kRefKernels = {quant_rows,      int8_rows,       quantize_activations,
+                                 dense_rows,      bf16_to_f32_ref, f16_to_f32_ref,
+                                 f32_to_bf16_ref, read_sweep_ref};
 
 }  // namespace dspark::kernels::cpu
