@@ -18,6 +18,12 @@ namespace dspark::constrain {
 
 class Grammar;
 
+// Whether `value` nests arrays and objects deeper than `limit`, found without recursing. Callers
+// holding a request's JSON check this before copying or serialising it (nlohmann's copy and dump
+// recurse, and a schema nested 50,000 deep would overflow the stack there).
+bool json_nested_deeper_than(const nlohmann::json& value, int limit);
+bool json_nested_deeper_than(const nlohmann::ordered_json& value, int limit);
+
 // Any JSON object (response_format {"type": "json_object"}).
 std::shared_ptr<const Grammar> json_object_grammar();
 

@@ -639,6 +639,14 @@ std::shared_ptr<const Grammar> compile_schema(const Json& schema, const CompileB
 
 }  // namespace
 
+bool json_nested_deeper_than(const nlohmann::json& value, int limit) {
+  return nested_deeper_than(value, limit);
+}
+
+bool json_nested_deeper_than(const nlohmann::ordered_json& value, int limit) {
+  return nested_deeper_than(value, limit);
+}
+
 CompileBudget default_compile_budget() {
   CompileBudget budget;
   budget.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);

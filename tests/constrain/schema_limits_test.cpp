@@ -91,6 +91,9 @@ TEST(SchemaLimits, DeepAnyOfItemsAndRefChainsAreBoundedToo) {
   std::string deep_value;
   for (int i = 0; i < 50000; ++i) deep_value += "[";
   for (int i = 0; i < 50000; ++i) deep_value += "]";
+  EXPECT_TRUE(json_nested_deeper_than(json::parse(deep_value), 64));
+  EXPECT_FALSE(json_nested_deeper_than(json::parse("[[[1], {\"a\": []}]]"), 4));
+  EXPECT_TRUE(json_nested_deeper_than(json::parse("[[[1], {\"a\": []}]]"), 3));
   EXPECT_EQ(error_of([&] { json_schema_grammar(json::parse(R"({"const": )" + deep_value + "}")); }),
             "JSON schema at #/const: a value nested deeper than 64");
   EXPECT_EQ(
