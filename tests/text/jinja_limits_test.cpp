@@ -55,7 +55,9 @@ TEST(JinjaLimits, NestedRangeLoopsHitTheIterationLimit) {
   EXPECT_EQ(outcome.error,
             "t line 1: jinja: loop iteration limit: more than 1000000 loop iterations in one "
             "render");
-  EXPECT_LT(outcome.seconds, 10.0);
+  // About 1 s on an idle machine in a release build; the bound only tells a limit from a hang
+  // (AddressSanitizer builds on a busy machine take ten times longer).
+  EXPECT_LT(outcome.seconds, 60.0);
   std::printf("nested range(100000) loops refused after %.2f s\n", outcome.seconds);
   RenderLimits small;
   small.max_loop_iterations = 1000;
