@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
+#include <system_error>
+
+#include "base/error.h"
 
 namespace dspark {
 namespace {
@@ -24,10 +27,20 @@ constexpr int kSpinBeforeYield = 200;
 
 ThreadPool::ThreadPool(int num_threads) {
   num_threads = std::max(1, num_threads);
-  for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  try {
+    for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  } catch (const std::system_error& e) {
+    const size_t started = workers_.size();
+    stop_workers();
+    fail("could not start worker thread {} of {}: {}", started + 1, num_threads - 1, e.what());
+  }
 }
 
 ThreadPool::~ThreadPool() {
+  stop_workers();
+}
+
+void ThreadPool::stop_workers() {
   {
     std::lock_guard<std::mutex> lock(sleep_mutex_);
     stopping_.store(true, std::memory_order_release);
@@ -35,6 +48,7 @@ ThreadPool::~ThreadPool() {
   }
   wake_.notify_all();
   for (auto& worker : workers_) worker.join();
+  workers_.clear();
 }
 
 void ThreadPool::work_on(Job& job, int thread_index) {
@@ -121,15 +135,23 @@ std::unique_ptr<ThreadPool> default_pool_instance;
 int threads_from_environment() {
   if (const char* value = std::getenv("DSPARK_THREADS")) {
     int parsed = std::atoi(value);
-    if (parsed > 0) return parsed;
+    if (parsed > 0) return std::min(parsed, max_threads());
   }
+  return available_cpus();
+}
+}  // namespace
+
+int available_cpus() {
   // The CPUs this process may run on, not all online ones: in a container or under taskset the
   // two differ, and spinning workers on CPUs we cannot use only steal time from each other.
   cpu_set_t allowed;
   if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0) return std::max(1, CPU_COUNT(&allowed));
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
-}  // namespace
+
+int max_threads() {
+  return 4 * available_cpus();
+}
 
 ThreadPool& default_pool() {
   std::lock_guard<std::mutex> lock(default_pool_mutex);
@@ -140,6 +162,10 @@ ThreadPool& default_pool() {
 }
 
 void set_default_threads(int num_threads) {
+  if (num_threads < 1 || num_threads > max_threads()) {
+    fail("{} threads: the count must be in [1, {}] (4 x the {} CPUs this process may use)",
+         num_threads, max_threads(), available_cpus());
+  }
   std::lock_guard<std::mutex> lock(default_pool_mutex);
   default_pool_instance = std::make_unique<ThreadPool>(num_threads);
 }

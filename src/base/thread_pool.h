@@ -21,6 +21,7 @@ namespace dspark {
 
 class ThreadPool {
  public:
+  // Throws dspark::Error when the system refuses to start a worker thread.
   explicit ThreadPool(int num_threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
@@ -45,6 +46,7 @@ class ThreadPool {
   };
 
   void worker_loop(int index);
+  void stop_workers();
   static void work_on(Job& job, int thread_index);
 
   std::vector<std::thread> workers_;
@@ -60,6 +62,11 @@ class ThreadPool {
 // The process-wide pool used by kernels. Its size defaults to the CPUs this process may run on and
 // can be set (before first use, or again later) with set_default_threads or DSPARK_THREADS.
 ThreadPool& default_pool();
+// Throws dspark::Error for a count outside [1, max_threads()].
 void set_default_threads(int num_threads);
+// The CPUs this process may run on (its affinity mask), and the most threads a pool may have:
+// 4x that, beyond which more threads only contend for the same CPUs.
+int available_cpus();
+int max_threads();
 
 }  // namespace dspark

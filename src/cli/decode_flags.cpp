@@ -1,11 +1,56 @@
 #include "cli/decode_flags.h"
 
+#include <fmt/format.h>
+
+#include <cmath>
+
 #include "base/error.h"
+#include "base/thread_pool.h"
 #include "formats/model_store.h"
 #include "hub/resolve.h"
 #include "speculative/drafter_resolution.h"
 
 namespace dspark::cli {
+
+CLI::Validator finite_range(double min, double max) {
+  return CLI::Validator(
+      [min, max](std::string& input) -> std::string {
+        double value = 0.0;
+        size_t used = 0;
+        try {
+          value = std::stod(input, &used);
+        } catch (const std::exception&) {
+          return fmt::format("'{}' is not a number", input);
+        }
+        if (used != input.size()) return fmt::format("'{}' is not a number", input);
+        if (!std::isfinite(value) || value < min || value > max) {
+          return fmt::format("{} is not a finite number in [{}, {}]", input, min, max);
+        }
+        return "";
+      },
+      fmt::format("FINITE in [{} - {}]", min, max));
+}
+
+CLI::Validator thread_count() {
+  return CLI::Validator(
+      [](std::string& input) -> std::string {
+        int64_t value = 0;
+        try {
+          size_t used = 0;
+          value = std::stoll(input, &used);
+          if (used != input.size()) return fmt::format("'{}' is not a whole number", input);
+        } catch (const std::exception&) {
+          return fmt::format("'{}' is not a whole number", input);
+        }
+        if (value < 0 || value > max_threads()) {
+          return fmt::format(
+              "{} threads is outside [0, {}] (4 x the {} CPUs this process may use; 0 = all)",
+              input, max_threads(), available_cpus());
+        }
+        return "";
+      },
+      "THREADS");
+}
 
 void add_decode_flags(CLI::App& command, DecodeFlags& flags) {
   command
@@ -25,10 +70,13 @@ void add_decode_flags(CLI::App& command, DecodeFlags& flags) {
   command
       .add_option("--confidence-threshold", flags.confidence_threshold,
                   "DSpark: keep drafts while their confidence product stays at or above this")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(finite_range(0.0, 1.0))
       ->capture_default_str();
   command.add_flag("--lookup-drafts", flags.lookup_drafts,
                    "Try prompt-lookup drafts before the model drafter each round");
+  command.add_flag("--special-tokens-in-content", flags.special_tokens_in_content,
+                   "Tokenize control-token text inside messages and tools as control tokens "
+                   "(default: plain text; only the chat template's markup gives control tokens)");
 }
 
 DecodeOptions cap_options(const DecodeFlags& flags) {

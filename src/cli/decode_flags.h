@@ -7,6 +7,7 @@
 #include <string>
 
 #include "engine/model_bundle.h"
+#include "engine/sampler.h"
 #include "speculative/decode.h"
 
 namespace dspark::cli {
@@ -18,9 +19,19 @@ struct DecodeFlags {
   int drafter_bits = 4;
   float confidence_threshold = 0.0f;
   bool lookup_drafts = false;
+  // Let message and tool text yield control tokens (the old behaviour; a prompt-injection risk:
+  // a user typing the template's end-of-turn markup can forge turns).
+  bool special_tokens_in_content = false;
 };
 
 void add_decode_flags(CLI::App& command, DecodeFlags& flags);
+
+// A number in [min, max]: unlike CLI::Range it refuses nan and inf (every comparison with NaN
+// is false, so a range check alone lets it through).
+CLI::Validator finite_range(double min, double max);
+
+// A --threads count: 0 (all CPUs) up to 4x the CPUs this process may use.
+CLI::Validator thread_count();
 
 // The cap options of --max-draft; throws for a value that is neither a count nor "auto" (so a
 // command can refuse it before loading anything).

@@ -93,9 +93,14 @@ std::vector<int32_t> build_prompt(const ModelBundle& bundle, const GenerateOptio
   }
   if (!bundle.bos_token.empty()) inputs.bos_token = bundle.bos_token;
   if (!bundle.eos_token.empty()) inputs.eos_token = bundle.eos_token;
+  if (!options.decode.special_tokens_in_content) {
+    inputs.mark_content = [&](std::string_view content) {
+      return bundle.tokenizer->mark_special_tokens(content);
+    };
+  }
   const std::string text =
       ChatTemplate(bundle.chat_template, bundle.name + " chat template").render(inputs);
-  return bundle.tokenizer->encode(text, /*add_special_tokens=*/false);
+  return bundle.tokenizer->encode_marked(text, /*add_special_tokens=*/false);
 }
 
 void run_generate(const GenerateOptions& options) {
@@ -194,22 +199,26 @@ void add_generate_command(CLI::App& app) {
   command->add_option("--max-tokens", options->max_tokens, "Maximum tokens to generate")
       ->check(CLI::PositiveNumber);
   command->add_option("--temp", options->temperature, "Sampling temperature (0 = greedy)")
-      ->check(CLI::Range(0.0, 100.0));
+      ->check(finite_range(0.0, 100.0));
   command->add_option("--top-p", options->top_p, "Nucleus sampling mass")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(finite_range(0.0, 1.0));
   command->add_option("--top-k", options->top_k, "Keep the k most likely tokens (0 = off)")
       ->check(CLI::NonNegativeNumber);
   command->add_option("--min-p", options->min_p, "Drop tokens below min_p x the top probability")
-      ->check(CLI::Range(0.0, 1.0));
-  command->add_option("--repetition-penalty", options->repetition_penalty, "Repetition penalty");
-  command->add_option("--presence-penalty", options->presence_penalty, "Presence penalty");
-  command->add_option("--frequency-penalty", options->frequency_penalty, "Frequency penalty");
+      ->check(finite_range(0.0, 1.0));
+  command->add_option("--repetition-penalty", options->repetition_penalty, "Repetition penalty")
+      ->check(finite_range(0.01, 100.0));
+  command->add_option("--presence-penalty", options->presence_penalty, "Presence penalty")
+      ->check(finite_range(-2.0, 2.0));
+  command->add_option("--frequency-penalty", options->frequency_penalty, "Frequency penalty")
+      ->check(finite_range(-2.0, 2.0));
   command->add_option("--seed", options->seed, "Random seed");
   command->add_option("--chat-template-config", options->chat_template_config,
                       "JSON of chat template variables, e.g. '{\"enable_thinking\": false}'");
   command->add_flag("--no-chat-template", options->no_chat_template, "Use the prompt as raw text");
   command->add_option("--stop", options->stop, "Stop string (repeatable)");
-  command->add_option("--threads", options->threads, "Worker threads (default: all CPUs)");
+  command->add_option("--threads", options->threads, "Worker threads (default: all CPUs)")
+      ->check(thread_count());
   command
       ->add_option("--reasoning-budget", options->reasoning_budget,
                    "Thinking tokens before the block is closed for the model (0 = off)")

@@ -82,6 +82,7 @@ void run_serve(const ServeOptions& options) {
   engine_options.default_top_k = options.default_top_k;
   if (options.no_thinking) engine_options.default_thinking = false;
   engine_options.reasoning_budget = options.reasoning_budget;
+  engine_options.special_tokens_in_content = options.decode.special_tokens_in_content;
   engine_options.reasoning_budget_message = options.reasoning_budget_message;
   engine_options.max_queue = options.max_queue;
   engine_options.prefix_cache.enabled = !options.no_prefix_cache;
@@ -204,10 +205,14 @@ void add_serve_command(CLI::App& app) {
       ->capture_default_str();
   command->add_option("--context-window", options->context_window,
                       "Longest prompt + output (default: the model's)");
-  command->add_option("--default-temperature", options->default_temperature,
-                      "Temperature for requests that give none (before generation_config.json)");
-  command->add_option("--default-top-p", options->default_top_p, "Default top_p");
-  command->add_option("--default-top-k", options->default_top_k, "Default top_k");
+  command
+      ->add_option("--default-temperature", options->default_temperature,
+                   "Temperature for requests that give none (before generation_config.json)")
+      ->check(finite_range(0.0, 100.0));
+  command->add_option("--default-top-p", options->default_top_p, "Default top_p")
+      ->check(finite_range(0.0, 1.0));
+  command->add_option("--default-top-k", options->default_top_k, "Default top_k")
+      ->check(CLI::NonNegativeNumber);
   command->add_flag("--no-thinking", options->no_thinking, "Default enable_thinking = false");
   command
       ->add_option("--reasoning-budget", options->reasoning_budget,
@@ -233,7 +238,8 @@ void add_serve_command(CLI::App& app) {
                    "Seconds of stream silence before a keep-alive")
       ->capture_default_str();
   command->add_flag("!--no-log", options->http.log_requests, "No per-request log lines");
-  command->add_option("--threads", options->threads, "Compute threads (default: all CPUs)");
+  command->add_option("--threads", options->threads, "Compute threads (default: all CPUs)")
+      ->check(thread_count());
   command->callback([options] { run_serve(*options); });
 }
 

@@ -148,7 +148,8 @@ class ExpansionSolver {
 
 }  // namespace
 
-std::shared_ptr<const Grammar> GrammarBuilder::build(uint32_t root) const {
+std::shared_ptr<const Grammar> GrammarBuilder::build(
+    uint32_t root, const std::function<void()>& on_progress) const {
   for (size_t rule = 0; rule < rules_.size(); ++rule) {
     if (!defined_[rule]) fail("grammar rule {} is declared but never defined", names_[rule]);
   }
@@ -179,6 +180,7 @@ std::shared_ptr<const Grammar> GrammarBuilder::build(uint32_t root) const {
     return found->second;
   };
   for (uint32_t position = 0; position < elements.size(); ++position) {
+    if (on_progress && position % 256 == 0) on_progress();
     solver.solve(position);
     grammar->expansion_begin_.push_back(static_cast<uint32_t>(grammar->expansions_.size()));
     ByteSet first{};

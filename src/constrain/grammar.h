@@ -6,6 +6,8 @@
 // ": " between a key and its value, no other whitespace. Fixing the layout keeps every constrained
 // answer in one canonical form and spends no tokens on free whitespace. Strings must be valid
 // UTF-8 (a token may end inside a multi-byte character).
+#include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -16,8 +18,29 @@ namespace dspark::constrain {
 
 class Grammar;
 
+// Whether `value` nests arrays and objects deeper than `limit`, found without recursing. Callers
+// holding a request's JSON check this before copying or serialising it (nlohmann's copy and dump
+// recurse, and a schema nested 50,000 deep would overflow the stack there).
+bool json_nested_deeper_than(const nlohmann::json& value, int limit);
+bool json_nested_deeper_than(const nlohmann::ordered_json& value, int limit);
+
 // Any JSON object (response_format {"type": "json_object"}).
 std::shared_ptr<const Grammar> json_object_grammar();
+
+// What compiling one schema may spend. A request's schema is untrusted input: nesting, size and
+// time are bounded, and going past a bound throws dspark::Error naming it. Compilation is linear
+// in the schema's size (bounded counts such as maxLength unroll into at most 1000 rules each).
+struct CompileBudget {
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  // Polled during compilation; set it (from another thread) to abandon the compile.
+  const std::atomic<bool>* cancelled = nullptr;
+  // Levels of nested schemas (properties, items, anyOf branches, $ref targets...).
+  int max_depth = 64;
+  // Grammar rules the schema may unroll into.
+  size_t max_rules = 200000;
+};
+// The budget the overloads without one use: the defaults above and a 5 second deadline.
+CompileBudget default_compile_budget();
 
 // JSON accepted by `schema` (response_format {"type": "json_schema"}). Throws dspark::Error naming
 // the keyword and its JSON pointer for what it does not support. Object properties come in the
@@ -29,6 +52,10 @@ std::shared_ptr<const Grammar> json_schema_grammar(const nlohmann::json& schema)
 // The same for a schema parsed with its key order kept: properties then come in the order the
 // schema text lists them (nlohmann::json sorts keys), as OpenAI's structured outputs write them.
 std::shared_ptr<const Grammar> json_schema_grammar(const nlohmann::ordered_json& schema);
+std::shared_ptr<const Grammar> json_schema_grammar(const nlohmann::json& schema,
+                                                   const CompileBudget& budget);
+std::shared_ptr<const Grammar> json_schema_grammar(const nlohmann::ordered_json& schema,
+                                                   const CompileBudget& budget);
 
 // Where one text stands in a grammar. A value type: copies advance independently.
 class Matcher {

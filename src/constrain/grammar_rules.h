@@ -8,6 +8,7 @@
 // to push, so advancing a parse stack over one byte never recurses through rules.
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -46,6 +47,7 @@ class GrammarBuilder {
   uint32_t declare(std::string name);
   void define(uint32_t rule, std::vector<Sequence> alternatives);
   uint32_t add(std::string name, std::vector<Sequence> alternatives);
+  size_t rule_count() const { return rules_.size(); }
 
   Element bytes(const ByteSet& set);
   Element byte_range(uint8_t first, uint8_t last);
@@ -55,7 +57,9 @@ class GrammarBuilder {
   Sequence literal(std::string_view text);
 
   // `root` becomes the start symbol; fails on a left-recursive or undefined rule.
-  std::shared_ptr<const Grammar> build(uint32_t root) const;
+  // `on_progress`, when given, is called every few hundred positions (a budget check may throw).
+  std::shared_ptr<const Grammar> build(uint32_t root,
+                                       const std::function<void()>& on_progress = {}) const;
 
  private:
   std::vector<std::string> names_;

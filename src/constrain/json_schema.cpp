@@ -2,6 +2,7 @@
 // JSON Schema to rules.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -22,6 +23,9 @@ using nlohmann::json;
 constexpr uint64_t kUnbounded = std::numeric_limits<uint64_t>::max();
 // Bounds unroll into one rule per count; this keeps a hostile schema from building a huge grammar.
 constexpr uint64_t kMaxBound = 1000;
+// Optional properties: after each member, any later optional one may come next, so the grammar's
+// expansions grow with the square of their count (and its solver recurses along them).
+constexpr size_t kMaxOptionalProperties = 256;
 
 // `value` written the way json.dumps writes it: ", " between items, ": " after keys.
 template <typename Json>
@@ -121,6 +125,7 @@ class JsonRules {
     } else {
       uint32_t optional = b_.add("no_more_characters", {{}});
       for (uint64_t i = min_length; i < max_length; ++i) {
+        if (on_rule_) on_rule_();
         optional = b_.add("up_to_characters",
                           {{GrammarBuilder::rule(character_), GrammarBuilder::rule(optional)}, {}});
       }
@@ -129,6 +134,9 @@ class JsonRules {
     body.push_back(b_.byte('"'));
     return b_.add("bounded_string", {body});
   }
+
+  // Called before each rule a bounded string unrolls, so the compile budget can stop it.
+  void on_rule(std::function<void()> callback) { on_rule_ = std::move(callback); }
 
   uint32_t value() const { return value_; }
   uint32_t object() const { return object_; }
@@ -178,6 +186,7 @@ class JsonRules {
   }
 
   GrammarBuilder& b_;
+  std::function<void()> on_rule_;
   uint32_t value_, object_, array_, character_, characters_, string_, digits_, integer_, number_,
       boolean_, null_;
 };
@@ -225,14 +234,56 @@ const std::set<std::string>& supported_keywords() {
   return keywords;
 }
 
+// Whether `value` nests arrays and objects deeper than `limit`, found without recursing (the value
+// may be nested far deeper than the stack allows).
+template <typename Json>
+bool nested_deeper_than(const Json& value, int limit) {
+  std::vector<std::pair<const Json*, int>> pending{{&value, 0}};
+  while (!pending.empty()) {
+    const auto [node, depth] = pending.back();
+    pending.pop_back();
+    if (!node->is_structured()) continue;
+    if (depth + 1 > limit) return true;
+    for (const auto& item : *node) pending.emplace_back(&item, depth + 1);
+  }
+  return false;
+}
+
 // Json: nlohmann::json, or nlohmann::ordered_json to keep the order `properties` lists.
 template <typename Json>
 class SchemaCompiler {
  public:
-  SchemaCompiler(const Json& root, GrammarBuilder& builder, JsonRules& rules)
-      : root_(root), b_(builder), rules_(rules) {}
+  SchemaCompiler(const Json& root, GrammarBuilder& builder, JsonRules& rules,
+                 const CompileBudget& budget)
+      : root_(root), b_(builder), rules_(rules), budget_(budget) {}
 
   uint32_t compile(const Json& schema, const std::string& pointer) {
+    if (depth_ >= budget_.max_depth) {
+      fail("JSON schema nested deeper than {} at {}", budget_.max_depth, pointer);
+    }
+    ++depth_;
+    const uint32_t rule = compile_unbounded(schema, pointer);
+    --depth_;
+    return rule;
+  }
+
+  // Throws once the budget's deadline passed, it was cancelled or the grammar grew too big.
+  void check_budget() const {
+    if (b_.rule_count() > budget_.max_rules) {
+      fail("JSON schema grammar size limit: the schema unrolls into more than {} rules",
+           budget_.max_rules);
+    }
+    if (budget_.cancelled != nullptr && budget_.cancelled->load(std::memory_order_relaxed)) {
+      fail("JSON schema compilation was cancelled");
+    }
+    if (std::chrono::steady_clock::now() > budget_.deadline) {
+      fail("JSON schema compilation time limit: the compile ran past its deadline");
+    }
+  }
+
+ private:
+  uint32_t compile_unbounded(const Json& schema, const std::string& pointer) {
+    check_budget();
     if (schema.is_boolean()) {
       if (!schema.template get<bool>())
         fail("JSON schema at {} is false: no value matches it", pointer);
@@ -263,6 +314,9 @@ class SchemaCompiler {
     if (schema.contains("oneOf")) return any_of(schema["oneOf"], pointer + "/oneOf");
     const std::vector<std::string> types = declared_types(schema, pointer);
     if (schema.contains("const")) {
+      if (nested_deeper_than(schema["const"], budget_.max_depth)) {
+        fail("JSON schema at {}/const: a value nested deeper than {}", pointer, budget_.max_depth);
+      }
       return enumeration(Json::array({schema["const"]}), types, pointer + "/const");
     }
     if (schema.contains("enum")) return enumeration(schema["enum"], types, pointer + "/enum");
@@ -400,6 +454,9 @@ class SchemaCompiler {
     if (!values.is_array() || values.empty()) {
       fail("JSON schema at {} must be a non-empty array", pointer);
     }
+    if (nested_deeper_than(values, budget_.max_depth)) {
+      fail("JSON schema at {}: a value nested deeper than {}", pointer, budget_.max_depth);
+    }
     std::vector<Sequence> alternatives;
     for (const Json& value : values) {
       const bool typed = types.empty() || std::any_of(types.begin(), types.end(), [&](auto& type) {
@@ -416,7 +473,8 @@ class SchemaCompiler {
     if (has_properties && !schema["properties"].is_object()) {
       fail("JSON schema at {}/properties must be an object", pointer);
     }
-    const Json properties = has_properties ? schema["properties"] : Json::object();
+    static const Json no_properties = Json::object();
+    const Json& properties = has_properties ? schema["properties"] : no_properties;
     std::set<std::string> required;
     if (schema.contains("required")) {
       const Json& names = schema["required"];
@@ -441,6 +499,10 @@ class SchemaCompiler {
       if (!properties.contains(name)) {
         fail("JSON schema at {}/required: \"{}\" is not among the properties", pointer, name);
       }
+    }
+    if (properties.size() - required.size() > kMaxOptionalProperties) {
+      fail("JSON schema at {}/properties: {} optional properties; at most {} are supported",
+           pointer, properties.size() - required.size(), kMaxOptionalProperties);
     }
 
     // first[i] / rest[i]: the members from property i on, before / after a member was written
@@ -513,6 +575,7 @@ class SchemaCompiler {
       } else {
         tail = b_.add(pointer + "/no_more_items", {{}});
         for (uint64_t k = needed; k < allowed; ++k) {
+          check_budget();
           tail =
               b_.add(pointer + "/more_items",
                      {JsonRules::concat({b_.literal(", "),
@@ -521,6 +584,7 @@ class SchemaCompiler {
         }
       }
       for (uint64_t k = 0; k < needed; ++k) {
+        check_budget();
         tail =
             b_.add(pointer + "/more_items",
                    {JsonRules::concat({b_.literal(", "),
@@ -544,6 +608,8 @@ class SchemaCompiler {
   const Json& root_;
   GrammarBuilder& b_;
   JsonRules& rules_;
+  const CompileBudget& budget_;
+  int depth_ = 0;
   std::map<std::string, uint32_t> references_;
 };
 
@@ -561,21 +627,48 @@ std::shared_ptr<const Grammar> json_object_grammar() {
 namespace {
 
 template <typename Json>
-std::shared_ptr<const Grammar> compile_schema(const Json& schema) {
+std::shared_ptr<const Grammar> compile_schema(const Json& schema, const CompileBudget& budget) {
   GrammarBuilder builder;
   JsonRules rules(builder);
-  SchemaCompiler<Json> compiler(schema, builder, rules);
-  return builder.build(compiler.compile(schema, "#"));
+  SchemaCompiler<Json> compiler(schema, builder, rules, budget);
+  rules.on_rule([&] { compiler.check_budget(); });
+  const uint32_t root = compiler.compile(schema, "#");
+  compiler.check_budget();
+  return builder.build(root, [&] { compiler.check_budget(); });
 }
 
 }  // namespace
 
+bool json_nested_deeper_than(const nlohmann::json& value, int limit) {
+  return nested_deeper_than(value, limit);
+}
+
+bool json_nested_deeper_than(const nlohmann::ordered_json& value, int limit) {
+  return nested_deeper_than(value, limit);
+}
+
+CompileBudget default_compile_budget() {
+  CompileBudget budget;
+  budget.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  return budget;
+}
+
 std::shared_ptr<const Grammar> json_schema_grammar(const nlohmann::json& schema) {
-  return compile_schema(schema);
+  return compile_schema(schema, default_compile_budget());
 }
 
 std::shared_ptr<const Grammar> json_schema_grammar(const nlohmann::ordered_json& schema) {
-  return compile_schema(schema);
+  return compile_schema(schema, default_compile_budget());
+}
+
+std::shared_ptr<const Grammar> json_schema_grammar(const nlohmann::json& schema,
+                                                   const CompileBudget& budget) {
+  return compile_schema(schema, budget);
+}
+
+std::shared_ptr<const Grammar> json_schema_grammar(const nlohmann::ordered_json& schema,
+                                                   const CompileBudget& budget) {
+  return compile_schema(schema, budget);
 }
 
 }  // namespace dspark::constrain

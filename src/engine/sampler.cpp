@@ -22,6 +22,30 @@ void TokenCounts::remove(int32_t id) {
   if (--found->second == 0) counts_.erase(found);
 }
 
+void check_sampling_params(const SamplingParams& params) {
+  auto refuse = [](const char* name, double value, const char* range) {
+    fail("sampling parameter {} is {}; it must be {}", name, value, range);
+  };
+  if (!std::isfinite(params.temperature) || params.temperature < 0.0f) {
+    refuse("temperature", params.temperature, "a finite number >= 0");
+  }
+  if (!(params.top_p >= 0.0f && params.top_p <= 1.0f)) refuse("top_p", params.top_p, "in [0, 1]");
+  if (params.top_k < 0) refuse("top_k", params.top_k, ">= 0");
+  if (!(params.min_p >= 0.0f && params.min_p <= 1.0f)) refuse("min_p", params.min_p, "in [0, 1]");
+  if (!std::isfinite(params.repetition_penalty) || params.repetition_penalty <= 0.0f) {
+    refuse("repetition_penalty", params.repetition_penalty, "a finite number > 0");
+  }
+  if (!std::isfinite(params.presence_penalty)) {
+    refuse("presence_penalty", params.presence_penalty, "finite");
+  }
+  if (!std::isfinite(params.frequency_penalty)) {
+    refuse("frequency_penalty", params.frequency_penalty, "finite");
+  }
+  for (const auto& [id, bias] : params.logit_bias) {
+    if (std::isnan(bias)) fail("sampling parameter logit_bias for token {} is NaN", id);
+  }
+}
+
 void adjust_logits(const SamplingParams& params, const TokenCounts& counts, float* logits,
                    int64_t vocab) {
   for (const auto& [id, bias] : params.logit_bias) {
@@ -42,18 +66,25 @@ void adjust_logits(const SamplingParams& params, const TokenCounts& counts, floa
 int32_t argmax(const float* logits, int64_t vocab) {
   int64_t best = 0;
   for (int64_t i = 1; i < vocab; ++i) {
-    if (logits[i] > logits[best]) best = i;
+    if (logits[i] > logits[best] || (std::isnan(logits[best]) && !std::isnan(logits[i]))) best = i;
   }
+  if (vocab > 0 && std::isnan(logits[best])) fail("sampling: every logit is NaN");
   return static_cast<int32_t>(best);
 }
 
 TokenDistribution target_distribution(const SamplingParams& params, const float* logits,
                                       int64_t vocab) {
+  check_sampling_params(params);
   if (params.greedy()) fail("target_distribution needs a temperature above 0");
   std::vector<int32_t> order(vocab);
   std::iota(order.begin(), order.end(), 0);
+  // NaN as -infinity keeps the sort's ordering strict and NaN tokens out of the candidates.
+  auto key = [&](int32_t id) {
+    const float logit = logits[id];
+    return std::isnan(logit) ? -std::numeric_limits<float>::infinity() : logit;
+  };
   auto by_logit = [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    return key(a) > key(b) || (key(a) == key(b) && a < b);
   };
   int64_t keep = vocab;
   if (params.top_k > 0 && params.top_k < vocab) {
@@ -64,11 +95,16 @@ TokenDistribution target_distribution(const SamplingParams& params, const float*
   }
   // Softmax over the kept candidates at the given temperature, in double for stable sums.
   const double inverse_temperature = 1.0 / params.temperature;
-  const double max_scaled = logits[order[0]] * inverse_temperature;
+  const double max_scaled = key(order[0]) * inverse_temperature;
+  if (std::isinf(max_scaled) && max_scaled < 0) fail("sampling: no token has a finite logit");
   std::vector<double> weights(keep);
   double total = 0.0;
   for (int64_t i = 0; i < keep; ++i) {
-    weights[i] = std::exp(logits[order[i]] * inverse_temperature - max_scaled);
+    const double scaled = key(order[i]) * inverse_temperature;
+    // With +infinity logits (or a temperature so small the scaling overflows) the largest share
+    // the mass; exp(inf - inf) would be NaN.
+    weights[i] =
+        std::isinf(max_scaled) ? (scaled == max_scaled ? 1.0 : 0.0) : std::exp(scaled - max_scaled);
     total += weights[i];
   }
   // Tokens of weight 0 (masked to -infinity by a grammar or a bias) are not candidates: dropping
@@ -140,6 +176,7 @@ int32_t sample_from(const TokenDistribution& distribution, double uniform) {
 
 int32_t sample_token(const SamplingParams& params, const TokenCounts& counts, float* logits,
                      int64_t vocab, Rng& rng) {
+  check_sampling_params(params);
   adjust_logits(params, counts, logits, vocab);
   if (params.greedy()) return argmax(logits, vocab);
   return sample_from(target_distribution(params, logits, vocab), rng.uniform());

@@ -32,6 +32,11 @@ struct SamplingParams {
   }
 };
 
+// Throws dspark::Error naming the first parameter that is NaN, infinite or out of range
+// (temperature >= 0, top_p in [0, 1], top_k >= 0, min_p in [0, 1], repetition_penalty > 0,
+// finite presence / frequency penalties and logit biases). The sampling entry points call it.
+void check_sampling_params(const SamplingParams& params);
+
 // A truncated, renormalised distribution: token ids with their probabilities, sorted by
 // probability (descending, ties by id).
 struct TokenDistribution {
@@ -57,11 +62,13 @@ class TokenCounts {
 void adjust_logits(const SamplingParams& params, const TokenCounts& counts, float* logits,
                    int64_t vocab);
 
-// Index of the largest logit; the lowest index wins ties.
+// Index of the largest logit; the lowest index wins ties. NaN logits never win; all NaN is an
+// error.
 int32_t argmax(const float* logits, int64_t vocab);
 
 // The distribution sampling draws from, after temperature and truncation (penalties already
-// applied). Requires temperature > 0.
+// applied). Requires temperature > 0. NaN logits count as -infinity; when some logits are
+// +infinity, those share the probability.
 TokenDistribution target_distribution(const SamplingParams& params, const float* logits,
                                       int64_t vocab);
 

@@ -50,8 +50,8 @@ void resolve_rope(const ConfigReader& config, const nlohmann::json* scaling, dou
     if (scaling == nullptr || !scaling->contains(key) || (*scaling)[key].is_null()) {
       return fallback;
     }
-    if (!(*scaling)[key].is_number()) {
-      fail("{}: rope_scaling.{} must be a number", config.source(), key);
+    if (!(*scaling)[key].is_number() || !std::isfinite((*scaling)[key].get<double>())) {
+      fail("{}: rope_scaling.{} must be a finite number", config.source(), key);
     }
     return (*scaling)[key].get<double>();
   };
@@ -62,6 +62,15 @@ void resolve_rope(const ConfigReader& config, const nlohmann::json* scaling, dou
         break;
       }
     }
+  }
+  for (const char* key : {"factor", "original_max_position_embeddings", "low_freq_factor",
+                          "high_freq_factor", "beta_fast", "beta_slow"}) {
+    if (field(key, 1.0) <= 0.0) {
+      fail("{}: rope_scaling.{} is {}; it must be positive", config.source(), key, field(key, 1.0));
+    }
+  }
+  if (type == "llama3" && field("low_freq_factor", 1.0) == field("high_freq_factor", 4.0)) {
+    fail("{}: rope_scaling low_freq_factor and high_freq_factor must differ", config.source());
   }
   if (type == "linear") {
     c.position_scale = static_cast<float>(1.0 / field("factor", 1.0));
@@ -119,21 +128,29 @@ DenseConfig read_config(const Checkpoint& checkpoint) {
   const ConfigReader config(checkpoint.config(), checkpoint.path() + "/config.json");
   DenseConfig c;
   c.model_type = config.string("model_type", "");
-  c.hidden = config.integer("hidden_size");
-  c.layers = config.integer("num_hidden_layers");
-  c.intermediate = config.integer("intermediate_size");
-  c.heads = config.integer("num_attention_heads");
-  c.kv_heads = config.integer("num_key_value_heads", c.heads);
-  c.head_dim = config.integer("head_dim", c.hidden / c.heads);
-  c.vocab = config.integer("vocab_size");
-  c.max_context = config.integer("max_position_embeddings", 0);
-  c.eps = static_cast<float>(config.number("rms_norm_eps", 1e-5));
+  c.hidden = config.integer_in("hidden_size", 1, kMaxConfigHidden);
+  c.layers = config.integer_in("num_hidden_layers", 1, kMaxConfigLayers);
+  c.intermediate = config.integer_in("intermediate_size", 1, kMaxConfigIntermediate);
+  c.heads = config.integer_in("num_attention_heads", 1, kMaxConfigHeads);
+  c.kv_heads = config.integer_in("num_key_value_heads", c.heads, 1, c.heads);
+  if (!config.has("head_dim") && c.hidden % c.heads != 0) {
+    fail(
+        "{}: hidden_size {} is not a multiple of num_attention_heads {} (and there is no head_dim)",
+        config.source(), c.hidden, c.heads);
+  }
+  c.head_dim = config.integer_in("head_dim", c.hidden / c.heads, 2, kMaxConfigHeadDim);
+  c.vocab = config.integer_in("vocab_size", 1, kMaxConfigVocab);
+  c.max_context = config.integer_in("max_position_embeddings", 0, 0, kMaxConfigContext);
+  c.eps = static_cast<float>(config.number_above("rms_norm_eps", 1e-5, 0.0, 1.0));
   c.qk_norm = c.model_type == "qwen3";
   c.rope_traditional = config.flag("rope_traditional", false);
-  if (c.layers < 1) fail("{}: num_hidden_layers must be positive", config.source());
-  if (c.kv_heads < 1 || c.heads % c.kv_heads != 0) {
+  if (c.heads % c.kv_heads != 0) {
     fail("{}: num_attention_heads {} is not a multiple of num_key_value_heads {}", config.source(),
          c.heads, c.kv_heads);
+  }
+  if (c.heads * c.head_dim > kMaxConfigHidden * 4) {
+    fail("{}: num_attention_heads {} x head_dim {} is too wide (at most {})", config.source(),
+         c.heads, c.head_dim, kMaxConfigHidden * 4);
   }
   if (c.head_dim % 2 != 0)
     fail("{}: head_dim {} must be even for RoPE", config.source(), c.head_dim);
@@ -146,13 +163,19 @@ DenseConfig read_config(const Checkpoint& checkpoint) {
     }
   }
   const nlohmann::json* scaling = nullptr;
-  double theta = config.number("rope_theta", c.model_type == "qwen2" ? 1000000.0 : 10000.0);
+  double theta =
+      config.number_above("rope_theta", c.model_type == "qwen2" ? 1000000.0 : 10000.0, 1.0, 1e12);
   if (config.has("rope_scaling")) {
     scaling = &config.raw("rope_scaling");
   } else if (config.has("rope_parameters")) {
     scaling = &config.raw("rope_parameters");
-    if (!config.has("rope_theta") && scaling->contains("rope_theta")) {
-      theta = (*scaling)["rope_theta"].get<double>();
+    if (!config.has("rope_theta") && scaling->is_object() && scaling->contains("rope_theta")) {
+      const nlohmann::json& value = (*scaling)["rope_theta"];
+      if (!value.is_number() || !(value.get<double>() > 1.0 && value.get<double>() <= 1e12)) {
+        fail("{}: rope_parameters.rope_theta is {}; it must be a number in (1, 1e12]",
+             config.source(), value.dump());
+      }
+      theta = value.get<double>();
     }
   }
   if (scaling != nullptr && !scaling->is_object()) {

@@ -1,5 +1,8 @@
 #include "model/loader.h"
 
+#include <cmath>
+#include <limits>
+
 #include "base/error.h"
 
 namespace dspark {
@@ -19,6 +22,10 @@ const nlohmann::json& ConfigReader::raw(const std::string& key) const {
 int64_t ConfigReader::integer(const std::string& key) const {
   const nlohmann::json& value = raw(key);
   if (!value.is_number_integer()) fail("{}: field '{}' must be an integer", source_, key);
+  if (value.is_number_unsigned() &&
+      value.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    fail("{}: field '{}' is {}, too large", source_, key, value.get<uint64_t>());
+  }
   return value.get<int64_t>();
 }
 
@@ -34,6 +41,28 @@ double ConfigReader::number(const std::string& key) const {
 
 double ConfigReader::number(const std::string& key, double fallback) const {
   return has(key) ? number(key) : fallback;
+}
+
+int64_t ConfigReader::integer_in(const std::string& key, int64_t min, int64_t max) const {
+  const int64_t value = integer(key);
+  if (value < min || value > max) {
+    fail("{}: field '{}' is {}; it must be in [{}, {}]", source_, key, value, min, max);
+  }
+  return value;
+}
+
+int64_t ConfigReader::integer_in(const std::string& key, int64_t fallback, int64_t min,
+                                 int64_t max) const {
+  return has(key) ? integer_in(key, min, max) : fallback;
+}
+
+double ConfigReader::number_above(const std::string& key, double fallback, double exclusive_min,
+                                  double max) const {
+  const double value = number(key, fallback);
+  if (!std::isfinite(value) || value <= exclusive_min || value > max) {
+    fail("{}: field '{}' is {}; it must be in ({}, {}]", source_, key, value, exclusive_min, max);
+  }
+  return value;
 }
 
 bool ConfigReader::flag(const std::string& key, bool fallback) const {

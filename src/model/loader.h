@@ -14,6 +14,20 @@
 
 namespace dspark {
 
+// Bounds on config.json sizes. They are far above any released model and far below what would
+// overflow the int64 products of the weight and state shapes, so a degenerate or hostile config
+// is refused by field name before anything is allocated.
+constexpr int64_t kMaxConfigLayers = 1024;
+constexpr int64_t kMaxConfigHidden = 1 << 16;
+constexpr int64_t kMaxConfigHeads = 1024;
+constexpr int64_t kMaxConfigHeadDim = 4096;
+constexpr int64_t kMaxConfigIntermediate = 1 << 20;
+constexpr int64_t kMaxConfigVocab = 1 << 24;
+constexpr int64_t kMaxConfigContext = int64_t{1} << 30;
+constexpr int64_t kMaxConfigExperts = 4096;
+constexpr int64_t kMaxConfigSsmState = 4096;
+constexpr int64_t kMaxConfigConvKernel = 64;
+
 class ConfigReader {
  public:
   ConfigReader(const nlohmann::json& config, std::string source);
@@ -24,6 +38,12 @@ class ConfigReader {
   int64_t integer(const std::string& key, int64_t fallback) const;
   double number(const std::string& key) const;
   double number(const std::string& key, double fallback) const;
+  // An integer in [min, max]; otherwise an error naming the field, its value and the range.
+  int64_t integer_in(const std::string& key, int64_t min, int64_t max) const;
+  int64_t integer_in(const std::string& key, int64_t fallback, int64_t min, int64_t max) const;
+  // A finite number in (exclusive_min, max].
+  double number_above(const std::string& key, double fallback, double exclusive_min,
+                      double max) const;
   bool flag(const std::string& key, bool fallback) const;
   std::string string(const std::string& key, const std::string& fallback) const;
   const nlohmann::json& raw(const std::string& key) const;

@@ -117,6 +117,10 @@ std::string read_pattern(const ConfigReader& config) {
     }
   }
   if (pattern.empty()) fail("{}: the layer pattern is empty", config.source());
+  if (static_cast<int64_t>(pattern.size()) > kMaxConfigLayers) {
+    fail("{}: the layer pattern has {} layers; at most {} are supported", config.source(),
+         pattern.size(), kMaxConfigLayers);
+  }
   if (config.has("num_hidden_layers") &&
       config.integer("num_hidden_layers") != static_cast<int64_t>(pattern.size())) {
     fail("{}: the layer pattern '{}' has {} layers but num_hidden_layers is {}", config.source(),
@@ -129,23 +133,22 @@ NemotronConfig read_config(const Checkpoint& checkpoint) {
   const ConfigReader config(checkpoint.config(), checkpoint.path() + "/config.json");
   NemotronConfig c;
   c.pattern = read_pattern(config);
-  c.hidden = config.integer("hidden_size");
-  c.vocab = config.integer("vocab_size");
-  c.eps = static_cast<float>(config.number("layer_norm_epsilon", 1e-5));
-  c.max_context = config.integer("max_position_embeddings", 0);
+  c.hidden = config.integer_in("hidden_size", 1, kMaxConfigHidden);
+  c.vocab = config.integer_in("vocab_size", 1, kMaxConfigVocab);
+  c.eps = static_cast<float>(config.number_above("layer_norm_epsilon", 1e-5, 0.0, 1.0));
+  c.max_context = config.integer_in("max_position_embeddings", 0, 0, kMaxConfigContext);
   c.tied = config.flag("tie_word_embeddings", false);
   if (c.has('M')) {
-    c.mamba_heads = config.integer("mamba_num_heads");
-    c.mamba_head_dim = config.integer("mamba_head_dim");
-    c.ssm_state = config.integer("ssm_state_size");
-    c.n_groups = config.integer("n_groups");
-    c.conv_kernel = config.integer("conv_kernel");
+    c.mamba_heads = config.integer_in("mamba_num_heads", 1, kMaxConfigHeads);
+    c.mamba_head_dim = config.integer_in("mamba_head_dim", 1, kMaxConfigHeadDim);
+    c.ssm_state = config.integer_in("ssm_state_size", 1, kMaxConfigSsmState);
+    c.n_groups = config.integer_in("n_groups", 1, c.mamba_heads);
+    c.conv_kernel = config.integer_in("conv_kernel", 1, kMaxConfigConvKernel);
     c.conv_bias = config.flag("use_conv_bias", true);
     if (c.mamba_heads % c.n_groups != 0 || c.d_inner() % c.n_groups != 0) {
       fail("{}: mamba_num_heads {} is not a multiple of n_groups {}", config.source(),
            c.mamba_heads, c.n_groups);
     }
-    if (c.conv_kernel < 1) fail("{}: conv_kernel must be at least 1", config.source());
     if (config.has("time_step_limit")) {
       const nlohmann::json& limit = config.raw("time_step_limit");
       if (!limit.is_array() || limit.size() != 2 || !limit[0].is_number()) {
@@ -153,35 +156,54 @@ NemotronConfig read_config(const Checkpoint& checkpoint) {
       }
       c.dt_min = limit[0].get<float>();
       c.dt_max = limit[1].is_number() ? limit[1].get<float>() : c.dt_max;
+      if (!std::isfinite(c.dt_min) || std::isnan(c.dt_max) || c.dt_min > c.dt_max) {
+        fail("{}: time_step_limit {} must be [min, max] with finite min <= max", config.source(),
+             limit.dump());
+      }
     }
   }
   if (c.has('*')) {
-    c.heads = config.integer("num_attention_heads");
-    c.kv_heads = config.integer("num_key_value_heads", c.heads);
-    c.head_dim = config.integer("head_dim", c.hidden / c.heads);
-    if (c.kv_heads < 1 || c.heads % c.kv_heads != 0) {
+    c.heads = config.integer_in("num_attention_heads", 1, kMaxConfigHeads);
+    c.kv_heads = config.integer_in("num_key_value_heads", c.heads, 1, c.heads);
+    if (!config.has("head_dim") && c.hidden % c.heads != 0) {
+      fail(
+          "{}: hidden_size {} is not a multiple of num_attention_heads {} (and there is no "
+          "head_dim)",
+          config.source(), c.hidden, c.heads);
+    }
+    c.head_dim = config.integer_in("head_dim", c.hidden / c.heads, 1, kMaxConfigHeadDim);
+    if (c.heads % c.kv_heads != 0) {
       fail("{}: num_attention_heads {} is not a multiple of num_key_value_heads {}",
            config.source(), c.heads, c.kv_heads);
     }
   }
   if (c.has('E')) {
-    c.experts = config.integer("n_routed_experts");
+    c.experts = config.integer_in("n_routed_experts", 1, kMaxConfigExperts);
     c.top_k = config.integer("num_experts_per_tok");
-    c.n_group = config.integer("n_group", 1);
-    c.topk_group = config.integer("topk_group", 1);
+    c.n_group = config.integer_in("n_group", 1, 1, c.experts);
+    c.topk_group = config.integer_in("topk_group", 1, 1, c.n_group);
+    if (c.experts % c.n_group != 0) {
+      fail("{}: n_routed_experts {} is not a multiple of n_group {}", config.source(), c.experts,
+           c.n_group);
+    }
     c.norm_topk_prob = config.flag("norm_topk_prob", true);
-    c.routed_scaling = static_cast<float>(config.number("routed_scaling_factor", 1.0));
-    c.moe_intermediate = config.integer("moe_intermediate_size");
+    c.routed_scaling =
+        static_cast<float>(config.number_above("routed_scaling_factor", 1.0, 0.0, 1e6));
+    c.moe_intermediate = config.integer_in("moe_intermediate_size", 1, kMaxConfigIntermediate);
     c.shared_expert = config.has("n_shared_experts");
-    if (c.shared_expert)
-      c.shared_intermediate = config.integer("moe_shared_expert_intermediate_size");
-    c.latent = config.integer("moe_latent_size", 0);
+    if (c.shared_expert) {
+      c.shared_intermediate =
+          config.integer_in("moe_shared_expert_intermediate_size", 1, kMaxConfigIntermediate);
+    }
+    c.latent = config.integer_in("moe_latent_size", 0, 0, kMaxConfigHidden);
     if (c.top_k < 1 || c.top_k > c.experts) {
       fail("{}: num_experts_per_tok {} must be in [1, n_routed_experts = {}]", config.source(),
            c.top_k, c.experts);
     }
   }
-  if (c.has('-')) c.mlp_intermediate = config.integer("intermediate_size");
+  if (c.has('-')) {
+    c.mlp_intermediate = config.integer_in("intermediate_size", 1, kMaxConfigIntermediate);
+  }
   return c;
 }
 

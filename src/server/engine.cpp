@@ -110,14 +110,20 @@ PreparedPrompt Engine::prepare(const ChatRequest& request) const {
     if (!bundle_->bos_token.empty()) inputs.bos_token = bundle_->bos_token;
     if (!bundle_->eos_token.empty()) inputs.eos_token = bundle_->eos_token;
     inputs.add_generation_prompt = true;
+    if (!options_.special_tokens_in_content) {
+      inputs.mark_content = [&tokenizer](std::string_view content) {
+        return tokenizer.mark_special_tokens(content);
+      };
+    }
     try {
-      prepared.text = template_->render(inputs);
-      prepared.ids = tokenizer.encode(prepared.text, /*add_special_tokens=*/false);
+      const std::string marked = template_->render(inputs);
+      prepared.ids = tokenizer.encode_marked(marked, /*add_special_tokens=*/false);
+      prepared.text = Tokenizer::strip_content_marks(marked);
       if (cache_.enabled() && cache_.checkpointed()) {
         // The conversation rendered as history (no generation prompt) is what the next turn
         // will share; checkpointing there lets that turn reuse the state.
         inputs.add_generation_prompt = false;
-        const auto history = tokenizer.encode(template_->render(inputs), false);
+        const auto history = tokenizer.encode_marked(template_->render(inputs), false);
         prepared.stable_boundary = static_cast<int64_t>(common_prefix(history, prepared.ids));
       }
     } catch (const Error& e) {

@@ -36,6 +36,8 @@ struct EngineOptions {
   size_t max_queue = 64;
   int64_t prefill_chunk = 512;  // cancellation is checked between chunks
   PrefixCacheOptions prefix_cache;
+  // --special-tokens-in-content: message and tool text may yield control tokens (old behaviour).
+  bool special_tokens_in_content = false;
 };
 
 // A rendered and tokenized request.

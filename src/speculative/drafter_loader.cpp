@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <set>
 
 #include "base/error.h"
@@ -13,6 +14,35 @@ namespace {
 using nlohmann::json;
 
 constexpr int kGroupSize = 64;
+// Drafted blocks are a few to a few dozen tokens; the bound keeps block-sized buffers sane.
+constexpr int64_t kMaxBlockSize = 1024;
+// Markov heads are low rank (256 in the published drafters).
+constexpr int64_t kMaxMarkovRank = 1 << 14;
+
+// An integer JSON value in [min, max]; `name` is how the error names the field.
+int64_t bounded_integer(const json& value, const std::string& name, int64_t min, int64_t max,
+                        const std::string& source) {
+  if (!value.is_number_integer()) fail("{}: field '{}' must be an integer", source, name);
+  const bool too_large =
+      value.is_number_unsigned() &&
+      value.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+  const int64_t n = too_large ? std::numeric_limits<int64_t>::max() : value.get<int64_t>();
+  if (n < min || n > max) {
+    fail("{}: field '{}' is {}; it must be in [{}, {}]", source, name, value.dump(), min, max);
+  }
+  return n;
+}
+
+// A finite JSON number in [min, max].
+double bounded_number(const json& value, const std::string& name, double min, double max,
+                      const std::string& source) {
+  if (!value.is_number() || !std::isfinite(value.get<double>()) || value.get<double>() < min ||
+      value.get<double>() > max) {
+    fail("{}: field '{}' is {}; it must be a number in [{}, {}]", source, name, value.dump(), min,
+         max);
+  }
+  return value.get<double>();
+}
 
 const json* object_field(const json& config, const char* key) {
   auto it = config.find(key);
@@ -91,12 +121,12 @@ json translate_speculators(const json& c, const std::string& source) {
   return out;
 }
 
-int64_t required_integer(const ConfigReader& reader, const char* key) {
+int64_t required_integer(const ConfigReader& reader, const char* key, int64_t min, int64_t max) {
   if (!reader.has(key)) {
     fail("{}: drafter config field '{}' is missing (not a DeepSpec-schema drafter)",
          reader.source(), key);
   }
-  return reader.integer(key);
+  return reader.integer_in(key, min, max);
 }
 
 std::vector<int> read_taps(const json& value, const std::string& source) {
@@ -104,7 +134,8 @@ std::vector<int> read_taps(const json& value, const std::string& source) {
   std::vector<int> taps;
   for (const auto& id : value) {
     if (!id.is_number_integer()) fail("{}: target_layer_ids holds {}", source, id.dump());
-    taps.push_back(id.get<int>());
+    taps.push_back(
+        static_cast<int>(bounded_integer(id, "target_layer_ids", -1, kMaxConfigLayers, source)));
   }
   if (!std::is_sorted(taps.begin(), taps.end()) ||
       std::adjacent_find(taps.begin(), taps.end()) != taps.end()) {
@@ -115,28 +146,33 @@ std::vector<int> read_taps(const json& value, const std::string& source) {
 
 // The fields both drafters read the same way.
 void read_backbone_dims(const ConfigReader& r, BackboneConfig& b) {
-  b.hidden = required_integer(r, "hidden_size");
-  b.vocab = required_integer(r, "vocab_size");
-  b.layers = required_integer(r, "num_hidden_layers");
-  b.intermediate = required_integer(r, "intermediate_size");
-  b.heads = required_integer(r, "num_attention_heads");
-  b.kv_heads = r.integer("num_key_value_heads", 8);
-  b.head_dim = r.integer("head_dim", b.hidden / b.heads);
-  b.eps = static_cast<float>(r.number("rms_norm_eps", 1e-6));
-  b.attention_bias = r.flag("attention_bias", false);
-  if (b.layers < 1 || b.heads < 1 || b.kv_heads < 1 || b.heads % b.kv_heads != 0) {
+  b.hidden = required_integer(r, "hidden_size", 1, kMaxConfigHidden);
+  b.vocab = required_integer(r, "vocab_size", 1, kMaxConfigVocab);
+  b.layers = required_integer(r, "num_hidden_layers", 1, kMaxConfigLayers);
+  b.intermediate = required_integer(r, "intermediate_size", 1, kMaxConfigIntermediate);
+  b.heads = required_integer(r, "num_attention_heads", 1, kMaxConfigHeads);
+  b.kv_heads = r.integer_in("num_key_value_heads", std::min<int64_t>(8, b.heads), 1, b.heads);
+  if (!r.has("head_dim") && b.hidden % b.heads != 0) {
     fail(
-        "{}: num_attention_heads {} / num_key_value_heads {} / num_hidden_layers {} are not a "
-        "valid attention layout",
-        r.source(), b.heads, b.kv_heads, b.layers);
+        "{}: hidden_size {} is not a multiple of num_attention_heads {} (and there is no head_dim)",
+        r.source(), b.hidden, b.heads);
+  }
+  b.head_dim = r.integer_in("head_dim", b.hidden / b.heads, 2, kMaxConfigHeadDim);
+  b.eps = static_cast<float>(r.number_above("rms_norm_eps", 1e-6, 0.0, 1.0));
+  b.attention_bias = r.flag("attention_bias", false);
+  if (b.heads % b.kv_heads != 0) {
+    fail("{}: num_attention_heads {} is not a multiple of num_key_value_heads {}", r.source(),
+         b.heads, b.kv_heads);
   }
   if (b.head_dim % 2 != 0) fail("{}: head_dim {} must be even", r.source(), b.head_dim);
   double theta = 1e6;
   if (r.has("rope_theta")) {
-    theta = r.number("rope_theta");
+    theta = r.number_above("rope_theta", theta, 1.0, 1e12);
   } else if (r.has("rope_parameters") && r.raw("rope_parameters").is_object() &&
              r.raw("rope_parameters").contains("rope_theta")) {
-    theta = r.raw("rope_parameters")["rope_theta"].get<double>();
+    theta = bounded_number(r.raw("rope_parameters")["rope_theta"], "rope_parameters.rope_theta",
+                           1.0, 1e12, r.source());
+    if (theta == 1.0) fail("{}: rope_parameters.rope_theta must exceed 1", r.source());
   }
   b.rope_theta = theta;
   b.rope_dims = b.head_dim;
@@ -253,8 +289,8 @@ DSparkConfig read_dspark_config(const json& raw, const std::string& source) {
   }
   BackboneConfig& b = d.backbone;
   read_backbone_dims(r, b);
-  b.block_size = required_integer(r, "block_size");
-  b.mask_token_id = static_cast<int32_t>(required_integer(r, "mask_token_id"));
+  b.block_size = required_integer(r, "block_size", 1, kMaxBlockSize);
+  b.mask_token_id = static_cast<int32_t>(required_integer(r, "mask_token_id", 0, b.vocab - 1));
   if (!r.has("target_layer_ids"))
     fail("{}: drafter config field 'target_layer_ids' is missing", source);
   b.target_layer_ids = read_taps(r.raw("target_layer_ids"), source);
@@ -263,9 +299,19 @@ DSparkConfig read_dspark_config(const json& raw, const std::string& source) {
   if (b.gated_q || b.offset_norms) {
     double factor = 1.0;
     if (r.has("rope_parameters") && r.raw("rope_parameters").is_object()) {
-      factor = r.raw("rope_parameters").value("partial_rotary_factor", 1.0);
+      const json& parameters = r.raw("rope_parameters");
+      if (parameters.contains("partial_rotary_factor")) {
+        factor = bounded_number(parameters["partial_rotary_factor"],
+                                "rope_parameters.partial_rotary_factor", 0.0, 1.0, source);
+      }
     }
     b.rope_dims = static_cast<int64_t>(static_cast<double>(b.head_dim) * factor);
+    if (b.rope_dims < 2 || b.rope_dims % 2 != 0) {
+      fail(
+          "{}: partial_rotary_factor {} of head_dim {} gives {} rotary dims; need an even number "
+          ">= 2",
+          source, factor, b.head_dim, b.rope_dims);
+    }
   }
   if (d.packaging == DrafterPackaging::specforge) {
     refuse_rope_scaling(r, "rope_parameters");
@@ -279,16 +325,17 @@ DSparkConfig read_dspark_config(const json& raw, const std::string& source) {
   int64_t window = 0;
   if (causal || b.attention_sinks || dflash != nullptr) {
     if (r.has("sliding_window") && r.raw("sliding_window").is_number_integer()) {
-      window = r.integer("sliding_window");
+      window = r.integer_in("sliding_window", 0, kMaxConfigContext);
     } else if (dflash != nullptr && dflash->value("use_swa", false) &&
                dflash->contains("swa_window_size")) {
-      window = (*dflash)["swa_window_size"].get<int64_t>();
+      window = bounded_integer((*dflash)["swa_window_size"], "dflash_config.swa_window_size", 0,
+                               kMaxConfigContext, source);
     }
   }
   b.causal.assign(b.layers, causal);
   b.window.assign(b.layers, window);
   if (r.has("logits_start")) {
-    b.logits_start = static_cast<int>(r.integer("logits_start"));
+    b.logits_start = static_cast<int>(r.integer_in("logits_start", 0, kMaxBlockSize));
   } else if (r.has("sample_from_anchor")) {
     b.logits_start = r.flag("sample_from_anchor", true) ? 0 : 1;
   } else {
@@ -299,8 +346,8 @@ DSparkConfig read_dspark_config(const json& raw, const std::string& source) {
          b.logits_start, b.block_size);
   }
   d.draft_vocab = b.vocab;
-  if (r.has("draft_vocab_size")) d.draft_vocab = r.integer("draft_vocab_size");
-  d.markov_rank = r.integer("markov_rank", 256);
+  if (r.has("draft_vocab_size")) d.draft_vocab = r.integer_in("draft_vocab_size", 1, b.vocab);
+  d.markov_rank = r.integer_in("markov_rank", 256, 0, kMaxMarkovRank);
   const std::string markov_type = r.string("markov_head_type", "vanilla");
   if (d.markov_rank > 0 && markov_type != "vanilla") {
     fail("{}: markov_head_type '{}' is not supported (only vanilla)", source, markov_type);
@@ -308,7 +355,8 @@ DSparkConfig read_dspark_config(const json& raw, const std::string& source) {
   d.confidence_head = r.flag("enable_confidence_head", true);
   d.confidence_with_markov = r.flag("confidence_head_with_markov", true) && d.markov_rank > 0;
   if (r.has("final_logit_softcapping")) {
-    d.logit_softcap = static_cast<float>(r.number("final_logit_softcapping"));
+    d.logit_softcap = static_cast<float>(bounded_number(
+        r.raw("final_logit_softcapping"), "final_logit_softcapping", 0.0, 1e6, source));
   }
   if (r.flag("log_snr_conditioning", false)) {
     fail("{}: log-SNR conditioned (Bonsai GGUF) drafters are not supported", source);
@@ -340,32 +388,36 @@ DFlashConfig read_dflash_config(const json& c, const std::string& source) {
   }
   const json* block = pick("block_size");
   if (block == nullptr) fail("{}: DFlash config has no block_size", source);
-  b.block_size = block->get<int64_t>();
+  b.block_size = bounded_integer(*block, "block_size", 2, kMaxBlockSize, source);
   const json* taps = pick("target_layer_ids");
   if (taps == nullptr) fail("{}: DFlash config has no target_layer_ids", source);
   b.target_layer_ids = read_taps(*taps, source);
   const json* mask = pick("mask_token_id");
-  b.mask_token_id = mask != nullptr ? mask->get<int32_t>() : 0;
+  b.mask_token_id =
+      mask != nullptr
+          ? static_cast<int32_t>(bounded_integer(*mask, "mask_token_id", 0, b.vocab - 1, source))
+          : 0;
   b.logits_start = 1;
-  if (b.block_size < 2) fail("{}: DFlash block_size {} must be at least 2", source, b.block_size);
   if (r.has("layer_types")) {
     const json& types = r.raw("layer_types");
     if (!types.is_array() || static_cast<int64_t>(types.size()) != b.layers) {
       fail("{}: layer_types must list {} layers", source, b.layers);
     }
     for (int64_t l = 0; l < b.layers; ++l) {
+      if (!types[l].is_string()) fail("{}: layer_types entry {} is not a string", source, l);
       const std::string type = types[l].get<std::string>();
       if (type == "sliding_attention") {
         if (!r.has("sliding_window")) fail("{}: sliding layers without sliding_window", source);
         b.causal[l] = true;
-        b.window[l] = r.integer("sliding_window");
+        b.window[l] = r.integer_in("sliding_window", 0, kMaxConfigContext);
       } else if (type != "full_attention") {
         fail("{}: layer_types entry '{}' is not supported", source, type);
       }
     }
   }
   if (const json* cap = pick("final_logit_softcapping"); cap != nullptr) {
-    d.logit_softcap = cap->get<float>();
+    d.logit_softcap =
+        static_cast<float>(bounded_number(*cap, "final_logit_softcapping", 0.0, 1e6, source));
   }
   return d;
 }

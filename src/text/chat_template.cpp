@@ -14,6 +14,29 @@ nlohmann::ordered_json read_json(const std::filesystem::path& path) {
   }
 }
 
+// `value` with every string and key passed through `mark`. Values nested past the template
+// engine's own limit are refused here already (this copy recurses).
+nlohmann::ordered_json marked(const nlohmann::ordered_json& value,
+                              const std::function<std::string(std::string_view)>& mark,
+                              int depth = 0) {
+  if (depth > jinja::kMaxValueNesting) {
+    fail("jinja: value nesting limit: lists, dicts and namespaces nested deeper than {}",
+         jinja::kMaxValueNesting);
+  }
+  if (value.is_string()) return mark(value.get_ref<const std::string&>());
+  if (value.is_array()) {
+    nlohmann::ordered_json out = nlohmann::ordered_json::array();
+    for (const auto& item : value) out.push_back(marked(item, mark, depth + 1));
+    return out;
+  }
+  if (value.is_object()) {
+    nlohmann::ordered_json out = nlohmann::ordered_json::object();
+    for (const auto& [key, item] : value.items()) out[mark(key)] = marked(item, mark, depth + 1);
+    return out;
+  }
+  return value;
+}
+
 }  // namespace
 
 ChatTemplate::ChatTemplate(std::string_view source, std::string name)
@@ -26,9 +49,13 @@ std::string ChatTemplate::render(const ChatTemplateInputs& inputs) const {
   if (!inputs.kwargs.is_object()) fail("chat template: template kwargs must be an object");
   // transformers: render(messages=, tools=, documents=, add_generation_prompt=,
   // **{**special_tokens_map, **kwargs}).
+  auto content = [&](const nlohmann::ordered_json& value) {
+    return jinja::Value::from_json(inputs.mark_content ? marked(value, inputs.mark_content)
+                                                       : value);
+  };
   jinja::Dict variables;
-  variables.set("messages", jinja::Value::from_json(inputs.messages));
-  variables.set("tools", jinja::Value::from_json(inputs.tools));
+  variables.set("messages", content(inputs.messages));
+  variables.set("tools", content(inputs.tools));
   variables.set("documents", jinja::Value::none());
   variables.set("add_generation_prompt", jinja::Value::boolean(inputs.add_generation_prompt));
   if (inputs.bos_token) variables.set("bos_token", jinja::Value::string(*inputs.bos_token));
@@ -38,7 +65,7 @@ std::string ChatTemplate::render(const ChatTemplateInputs& inputs) const {
         key == "add_generation_prompt") {
       fail("chat template: kwarg '{}' clashes with a variable the renderer sets", key);
     }
-    variables.set(key, jinja::Value::from_json(value));
+    variables.set(key, content(value));
   }
   return template_.render(variables);
 }

@@ -5,6 +5,7 @@
 // Key order matters (tool schemas render in their given order), so messages, tools and kwargs
 // are nlohmann::ordered_json.
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -26,6 +27,11 @@ struct ChatTemplateInputs {
   // Special tokens from the tokenizer config; an absent token is undefined in the template.
   std::optional<std::string> bos_token;
   std::optional<std::string> eos_token;
+  // When set, every string (and object key) of messages, tools and kwargs passes through it
+  // before the template sees it: Tokenizer::mark_special_tokens, so that the rendered prompt,
+  // tokenized with Tokenizer::encode_marked, gets control tokens only from the template's own
+  // markup. Unset: content may contain control tokens (--special-tokens-in-content).
+  std::function<std::string(std::string_view)> mark_content;
 };
 
 class ChatTemplate {

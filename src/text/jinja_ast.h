@@ -44,6 +44,7 @@ struct Expr {
   };
   Kind kind;
   int line = 0;
+  int depth = 1;  // levels of expressions in this one, itself included (see the parser's seal)
   Value value;
   std::string name;  // name, attribute, filter, test or binary operator
   std::vector<ExprPtr> operands;
@@ -82,6 +83,7 @@ struct Stmt {
   };
   Kind kind;
   int line = 0;
+  int depth = 1;  // levels of expressions in this one, itself included (see the parser's seal)
   std::string text;
   ExprPtr expr;
   ExprPtr filter;  // for-loop condition, or the filter of a block set

@@ -117,6 +117,7 @@ Value filter_center(const Value& value, const CallArguments& args) {
   const int64_t width = int_argument("center", bound.get(0, Value::integer(80)));
   const int64_t length = static_cast<int64_t>(code_point_count(text));
   if (width <= length) return Value::string(text);
+  check_string_size(static_cast<size_t>(width), "center");
   const int64_t total = width - length;
   const int64_t left = total / 2 + (total & width & 1);
   return Value::string(std::string(static_cast<size_t>(left), ' ') + text +
@@ -310,6 +311,9 @@ Value filter_format(const Value& value, const CallArguments& args) {
 Value filter_indent(const Value& value, const CallArguments& args) {
   BoundArguments bound("indent", args, {"width", "first", "blank"});
   const Value width = bound.get(0, Value::integer(4));
+  if (!width.is_string())
+    check_string_size(static_cast<size_t>(std::max<int64_t>(0, int_argument("indent", width))),
+                      "indent");
   const std::string indentation =
       width.is_string()
           ? width.as_string()
@@ -353,6 +357,7 @@ Value filter_join(const Value& value, const CallArguments& args) {
     if (!first) out += separator;
     first = false;
     out += to_str(bound.has(1) && !bound[1].is_none() ? lookup_path(item, bound[1]) : item);
+    check_string_size(out.size(), "join");
   }
   return Value::string(std::move(out));
 }

@@ -1,5 +1,6 @@
 // Python semantics of operators, iteration, attribute/item access and the str/dict/list methods,
 // as jinja2's ImmutableSandboxedEnvironment exposes them.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -62,10 +63,30 @@ std::pair<int64_t, int64_t> int_divmod(int64_t x, int64_t y) {
 }
 
 Value repeat(const Value& sequence, int64_t times) {
+  if (times <= 0) times = 0;
   if (sequence.is_string()) {
+    if (times > 0) {
+      check_string_size(
+          static_cast<size_t>(times) >
+                  max_string_bytes() / std::max<size_t>(1, sequence.as_string().size())
+              ? max_string_bytes() + 1
+              : static_cast<size_t>(times) * sequence.as_string().size(),
+          "repetition");
+    }
     std::string out;
     for (int64_t i = 0; i < times; ++i) out += sequence.as_string();
     return Value::string(std::move(out), sequence.is_markup());
+  }
+  // Repeated items are copies (strings included): bound the bytes the copies take.
+  size_t bytes_per_copy = 0;
+  for (const Value& item : sequence.items()) {
+    bytes_per_copy += sizeof(Value) + (item.is_string() ? item.as_string().size() : 0);
+  }
+  if (times > 0 && bytes_per_copy > 0) {
+    check_string_size(static_cast<size_t>(times) > max_string_bytes() / bytes_per_copy
+                          ? max_string_bytes() + 1
+                          : static_cast<size_t>(times) * bytes_per_copy,
+                      "list repetition");
   }
   std::vector<Value> items;
   for (int64_t i = 0; i < times; ++i)
@@ -415,6 +436,7 @@ std::string pad(const std::string& text, int64_t width, const std::string& fill,
     fail("TypeError: the fill character must be exactly one character long");
   const int64_t length = static_cast<int64_t>(code_point_count(text));
   if (width <= length) return text;
+  check_string_size(static_cast<size_t>(width) * fill.size(), "padding");
   const int64_t total = width - length;
   int64_t left = 0;
   if (align == '>') left = total;
@@ -563,6 +585,7 @@ Value string_method(const Value& subject, const std::string& name) {
       const int64_t width = int_argument("zfill", bound.required(0));
       const int64_t length = static_cast<int64_t>(code_point_count(text));
       if (length >= width) return Value::string(text);
+      check_string_size(static_cast<size_t>(width), "zfill");
       const size_t sign = !text.empty() && (text[0] == '-' || text[0] == '+') ? 1 : 0;
       text.insert(sign, static_cast<size_t>(width - length), '0');
       return Value::string(std::move(text));

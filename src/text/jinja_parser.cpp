@@ -76,6 +76,11 @@ void collect_names(const Body& body, std::vector<std::string>& names) {
   }
 }
 
+// Template source is untrusted: the parser recurses at most this deep, and expression trees
+// (which evaluation and destruction walk recursively) are at most this tall.
+constexpr int kMaxParseNesting = 128;
+constexpr int kMaxExprDepth = 128;
+
 class Parser {
  public:
   Parser(const std::vector<Token>& tokens, const std::string& name)
@@ -131,6 +136,45 @@ class Parser {
   void expect(TokenType type) {
     if (current().type != type) unexpected(current(), describe(type));
     next();
+  }
+
+  // One level of parser recursion; refuses past kMaxParseNesting.
+  class Deeper {
+   public:
+    explicit Deeper(Parser& parser) : parser_(parser) {
+      if (++parser_.nesting_ > kMaxParseNesting) {
+        parser_.error(parser_.current().line,
+                      fmt::format("nesting limit: brackets, expressions or blocks nested deeper "
+                                  "than {}",
+                                  kMaxParseNesting));
+      }
+    }
+    ~Deeper() { --parser_.nesting_; }
+    Deeper(const Deeper&) = delete;
+    Deeper& operator=(const Deeper&) = delete;
+
+   private:
+    Parser& parser_;
+  };
+
+  // Records a node's depth from its children's, refusing trees taller than kMaxExprDepth (long
+  // operator or filter chains build them without recursing).
+  ExprPtr seal(ExprPtr node) {
+    int deepest = 0;
+    auto see = [&](const ExprPtr& child) {
+      if (child) deepest = std::max(deepest, child->depth);
+    };
+    for (const auto& child : node->operands) see(child);
+    for (const auto& child : node->slice) see(child);
+    for (const auto& child : node->arguments.positional) see(child);
+    for (const auto& [key, child] : node->arguments.keyword) see(child);
+    node->depth = deepest + 1;
+    if (node->depth > kMaxExprDepth) {
+      error(node->line, fmt::format("nesting limit: an expression nested deeper than {} (a chain "
+                                    "of operators, filters or calls)",
+                                    kMaxExprDepth));
+    }
+    return node;
   }
 
   ExprPtr make(Expr::Kind kind, int line) {
@@ -203,6 +247,7 @@ class Parser {
   }
 
   StmtPtr parse_statement(std::initializer_list<std::string_view> enclosing_end_tags) {
+    const Deeper deeper(*this);
     const Token& token = current();
     if (token.type != TokenType::kName) unexpected(token, "a tag name");
     const std::string tag = token.text;
@@ -407,6 +452,7 @@ class Parser {
   ExprPtr parse_tuple(bool simplified, bool with_condition,
                       std::initializer_list<std::string_view> extra_end,
                       bool explicit_parentheses = false) {
+    const Deeper deeper(*this);
     const int line = current().line;
     std::vector<ExprPtr> items;
     bool is_tuple = false;
@@ -430,10 +476,11 @@ class Parser {
     }
     auto tuple = make(Expr::Kind::kTuple, line);
     tuple->operands = std::move(items);
-    return tuple;
+    return seal(std::move(tuple));
   }
 
   ExprPtr parse_expression(bool with_condition) {
+    const Deeper deeper(*this);
     return with_condition ? parse_condition() : parse_or();
   }
 
@@ -445,7 +492,7 @@ class Parser {
       node->operands.push_back(parse_or());
       node->operands.push_back(std::move(expr));
       node->operands.push_back(skip_name("else") ? parse_condition() : nullptr);
-      expr = std::move(node);
+      expr = seal(std::move(node));
     }
     return expr;
   }
@@ -455,7 +502,7 @@ class Parser {
     node->name = std::move(op);
     node->operands.push_back(std::move(left));
     node->operands.push_back(std::move(right));
-    return node;
+    return seal(std::move(node));
   }
 
   ExprPtr parse_or() {
@@ -478,9 +525,10 @@ class Parser {
 
   ExprPtr parse_not() {
     if (is_name("not")) {
+      const Deeper deeper(*this);
       auto node = make(Expr::Kind::kNot, next().line);
       node->operands.push_back(parse_not());
-      return node;
+      return seal(std::move(node));
     }
     return parse_compare();
   }
@@ -513,7 +561,7 @@ class Parser {
     node->operands.push_back(std::move(first));
     for (auto& operand : operands) node->operands.push_back(std::move(operand));
     node->compare_ops = std::move(ops);
-    return node;
+    return seal(std::move(node));
   }
 
   ExprPtr parse_math1() {
@@ -532,7 +580,7 @@ class Parser {
     auto node = make(Expr::Kind::kConcat, line);
     node->operands.push_back(std::move(first));
     while (skip_operator("~")) node->operands.push_back(parse_math2());
-    return node;
+    return seal(std::move(node));
   }
 
   ExprPtr parse_math2() {
@@ -554,14 +602,17 @@ class Parser {
   }
 
   ExprPtr parse_unary(bool with_filter) {
+    const Deeper deeper(*this);
     const int line = current().line;
     ExprPtr node;
     if (skip_operator("-")) {
       node = make(Expr::Kind::kNegate, line);
       node->operands.push_back(parse_unary(false));
+      node = seal(std::move(node));
     } else if (skip_operator("+")) {
       node = make(Expr::Kind::kPlus, line);
       node->operands.push_back(parse_unary(false));
+      node = seal(std::move(node));
     } else {
       node = parse_primary();
     }
@@ -626,7 +677,7 @@ class Parser {
       node->operands.push_back(parse_expression(true));
     }
     expect_operator("]");
-    return node;
+    return seal(std::move(node));
   }
 
   ExprPtr parse_dict() {
@@ -639,15 +690,15 @@ class Parser {
       node->operands.push_back(parse_expression(true));
     }
     expect_operator("}");
-    return node;
+    return seal(std::move(node));
   }
 
   ExprPtr parse_postfix(ExprPtr node) {
     while (true) {
       if (is_operator(".") || is_operator("[")) {
-        node = parse_subscript(std::move(node));
+        node = seal(parse_subscript(std::move(node)));
       } else if (is_operator("(")) {
-        node = parse_call(std::move(node));
+        node = seal(parse_call(std::move(node)));
       } else {
         return node;
       }
@@ -659,9 +710,9 @@ class Parser {
       if (is_operator("|")) {
         node = parse_filter(std::move(node), false);
       } else if (is_name("is")) {
-        node = parse_test(std::move(node));
+        node = seal(parse_test(std::move(node)));
       } else if (is_operator("(")) {
-        node = parse_call(std::move(node));
+        node = seal(parse_call(std::move(node)));
       } else {
         return node;
       }
@@ -792,7 +843,7 @@ class Parser {
       if (!has_filter(filter->name)) error(line, fmt::format("no filter named '{}'", filter->name));
       if (is_operator("(")) filter->arguments = parse_call_arguments();
       if (node) filter->operands.push_back(std::move(node));
-      node = std::move(filter);
+      node = seal(std::move(filter));
     }
     return node;
   }
@@ -815,6 +866,7 @@ class Parser {
       test->arguments.positional.push_back(parse_postfix(parse_primary()));
     }
     if (!negated) return test;
+    test = seal(std::move(test));
     auto negation = make(Expr::Kind::kNot, line);
     negation->operands.push_back(std::move(test));
     return negation;
@@ -824,6 +876,7 @@ class Parser {
   const std::string& name_;
   size_t pos_ = 0;
   int loop_depth_ = 0;
+  int nesting_ = 0;
 };
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <iterator>
 
 #include "base/error.h"
+#include "text/jinja_value.h"
 #include "text/utf8.h"
 
 namespace dspark::jinja {
@@ -332,6 +333,7 @@ std::string python_replace(std::string_view text, std::string_view old_text,
         ++done;
       }
       utf8_append(out, c);
+      check_string_size(out.size(), "replace");
     }
     if (count < 0 || done < count) out += new_text;
     return out;
@@ -343,6 +345,7 @@ std::string python_replace(std::string_view text, std::string_view old_text,
     if (found == std::string_view::npos) break;
     out += text.substr(start, found - start);
     out += new_text;
+    check_string_size(out.size(), "replace");
     start = found + old_text.size();
     ++done;
   }

@@ -41,7 +41,8 @@ enum class Flow { kNormal, kBreak, kContinue };
 // it closes over, a namespace holding itself) are tracked here and released when it ends.
 class Renderer {
  public:
-  explicit Renderer(const std::string& name) : name_(name) {}
+  Renderer(const std::string& name, const RenderLimits& limits)
+      : name_(name), limits_(limits), string_limit_(limits.max_string_bytes) {}
   Renderer(const Renderer&) = delete;
   Renderer& operator=(const Renderer&) = delete;
   ~Renderer() {
@@ -69,9 +70,36 @@ class Renderer {
     }
   }
 
+  // Counts one level of evaluation in progress; refuses to nest past the limit.
+  class Nesting {
+   public:
+    Nesting(int& depth, int limit, const char* what) : depth_(depth) {
+      if (depth_ >= limit) {
+        fail("jinja: {} limit: more than {} nested {}", what, limit,
+             std::string_view(what) == "recursion" ? "macro calls" : "evaluations");
+      }
+      ++depth_;
+    }
+    ~Nesting() { --depth_; }
+    Nesting(const Nesting&) = delete;
+    Nesting& operator=(const Nesting&) = delete;
+
+   private:
+    int& depth_;
+  };
+
+  void check_output(const std::string& out) const {
+    if (out.size() > limits_.max_string_bytes) {
+      fail("jinja: output size limit: the rendered text passed {} bytes", limits_.max_string_bytes);
+    }
+  }
+
   Flow execute(const Stmt& stmt, const ScopePtr& scope, std::string& out) {
     try {
-      return execute_unlocated(stmt, scope, out);
+      const Nesting nesting(nesting_, limits_.max_nesting, "nesting");
+      const Flow flow = execute_unlocated(stmt, scope, out);
+      check_output(out);
+      return flow;
     } catch (const std::exception&) {
       rethrow_located(stmt.line);
     }
@@ -164,6 +192,7 @@ class Renderer {
       // The loop condition sees the loop variables but not `loop`.
       std::vector<Value> kept;
       for (Value& item : items) {
+        count_iteration();
         auto probe = std::make_shared<Scope>(scope);
         assign(stmt.target, item, probe);
         if (eval(*stmt.filter, probe).truthy()) kept.push_back(std::move(item));
@@ -177,10 +206,18 @@ class Renderer {
     auto last_changed = std::make_shared<std::optional<Value>>();
     const auto length = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < length; ++i) {
+      count_iteration();
       auto inner = std::make_shared<Scope>(scope);
       assign(stmt.target, items[static_cast<size_t>(i)], inner);
       inner->set("loop", make_loop(items, i, last_changed));
       if (render(stmt.body, inner, out) == Flow::kBreak) break;
+    }
+  }
+
+  void count_iteration() {
+    if (++loop_iterations_ > limits_.max_loop_iterations) {
+      fail("jinja: loop iteration limit: more than {} loop iterations in one render",
+           limits_.max_loop_iterations);
     }
   }
 
@@ -224,6 +261,7 @@ class Renderer {
     macro_scopes_.push_back(defining_scope);
     std::weak_ptr<Scope> closure = defining_scope;
     return Value::function(name, [this, &stmt, closure, name](const CallArguments& args) {
+      const Nesting calls(call_depth_, limits_.max_call_depth, "recursion");
       auto scope = std::make_shared<Scope>(closure.lock());
       const auto& parameters = stmt.parameters;
       std::vector<bool> given(parameters.size(), false);
@@ -294,7 +332,13 @@ class Renderer {
 
   Value eval(const Expr& expr, const ScopePtr& scope) {
     try {
-      return eval_unlocated(expr, scope);
+      const Nesting nesting(nesting_, limits_.max_nesting, "nesting");
+      Value value = eval_unlocated(expr, scope);
+      if (value.is_string() && value.as_string().size() > limits_.max_string_bytes) {
+        fail("jinja: string size limit: a value of {} bytes (the limit is {})",
+             value.as_string().size(), limits_.max_string_bytes);
+      }
+      return value;
     } catch (const std::exception&) {
       rethrow_located(expr.line);
     }
@@ -399,6 +443,11 @@ class Renderer {
   }
 
   const std::string& name_;
+  const RenderLimits limits_;
+  const StringLimit string_limit_;
+  int nesting_ = 0;
+  int call_depth_ = 0;
+  int64_t loop_iterations_ = 0;
   std::vector<ScopePtr> macro_scopes_;
   std::vector<Value> namespaces_;
 };
@@ -413,11 +462,11 @@ Template::~Template() = default;
 Template::Template(Template&&) noexcept = default;
 Template& Template::operator=(Template&&) noexcept = default;
 
-std::string Template::render(const Dict& variables) const {
+std::string Template::render(const Dict& variables, const RenderLimits& limits) const {
   auto scope = std::make_shared<Scope>(nullptr);
   for (const auto& [name, value] : variables.entries()) scope->set(name, value);
   std::string out;
-  Renderer renderer(name_);
+  Renderer renderer(name_, limits);
   renderer.render(*body_, scope, out);
   return out;
 }

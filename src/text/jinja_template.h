@@ -19,6 +19,21 @@ namespace dspark::jinja {
 
 struct Stmt;
 
+// What one render may spend. A model's chat template is untrusted input: a self-calling macro,
+// nested loops or string doubling must end in an error naming the limit, not in a crash, a hang
+// or the process running out of memory. The defaults are far above what chat templates need.
+struct RenderLimits {
+  // Macro and caller() calls in progress at once.
+  int max_call_depth = 64;
+  // Statements and expressions being evaluated inside one another (bounds the machine stack,
+  // with room to spare under AddressSanitizer).
+  int max_nesting = 512;
+  // Loop iterations in the whole render, all loops together.
+  int64_t max_loop_iterations = 1'000'000;
+  // Bytes of any one string: the output, a captured block, a value.
+  size_t max_string_bytes = size_t{32} << 20;
+};
+
 class Template {
  public:
   // `name` prefixes error messages (e.g. the file the source came from).
@@ -29,7 +44,7 @@ class Template {
 
   // Renders with `variables` (a dict of the names the template reads, e.g. messages, tools,
   // add_generation_prompt).
-  std::string render(const Dict& variables) const;
+  std::string render(const Dict& variables, const RenderLimits& limits = {}) const;
 
  private:
   std::string name_;

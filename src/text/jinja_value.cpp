@@ -10,6 +10,53 @@
 #include "text/utf8.h"
 
 namespace dspark::jinja {
+namespace {
+
+[[noreturn]] void fail_nesting() {
+  fail("jinja: value nesting limit: lists, dicts and namespaces nested deeper than {}",
+       kMaxValueNesting);
+}
+
+// Bounds the recursion of printing, comparing and serialising values whose nesting a namespace
+// cycle (a namespace holding itself) leaves unbounded.
+class RecursionGuard {
+ public:
+  RecursionGuard() {
+    if (++depth_ > kMaxValueNesting) {
+      --depth_;
+      fail_nesting();
+    }
+  }
+  ~RecursionGuard() { --depth_; }
+  RecursionGuard(const RecursionGuard&) = delete;
+  RecursionGuard& operator=(const RecursionGuard&) = delete;
+
+ private:
+  static thread_local int depth_;
+};
+thread_local int RecursionGuard::depth_ = 0;
+
+thread_local size_t string_limit = size_t{32} << 20;
+
+}  // namespace
+
+size_t max_string_bytes() {
+  return string_limit;
+}
+
+void check_string_size(size_t bytes, std::string_view operation) {
+  if (bytes > string_limit) {
+    fail("jinja: string size limit: {} would make {} bytes (the limit is {})", operation, bytes,
+         string_limit);
+  }
+}
+
+StringLimit::StringLimit(size_t bytes) : previous_(string_limit) {
+  string_limit = bytes;
+}
+StringLimit::~StringLimit() {
+  string_limit = previous_;
+}
 
 const Value* Dict::find(std::string_view key) const {
   for (const auto& [name, value] : entries_) {
@@ -19,6 +66,9 @@ const Value* Dict::find(std::string_view key) const {
 }
 
 void Dict::set(std::string key, Value value) {
+  const int nesting = 1 + value.nesting();
+  if (nesting > kMaxValueNesting) fail_nesting();
+  nesting_ = std::max(nesting_, nesting);
   for (auto& [name, existing] : entries_) {
     if (name == key) {
       existing = std::move(value);
@@ -29,7 +79,11 @@ void Dict::set(std::string key, Value value) {
 }
 
 Value Value::sequence(SequenceKind kind, std::vector<Value> items) {
-  return Value(SequencePtr(std::make_shared<const Sequence>(Sequence{kind, std::move(items)})));
+  int deepest = 0;
+  for (const Value& item : items) deepest = std::max(deepest, item.nesting());
+  if (deepest + 1 > kMaxValueNesting) fail_nesting();
+  return Value(
+      SequencePtr(std::make_shared<const Sequence>(Sequence{kind, std::move(items), deepest + 1})));
 }
 
 Value Value::dict(Dict dict) {
@@ -161,6 +215,7 @@ bool same_object(const Value& a, const Value& b) {
 }
 
 bool equals(const Value& a, const Value& b) {
+  const RecursionGuard guard;
   if (a.is_number() && b.is_number()) {
     if (a.is_float() || b.is_float()) return a.numeric() == b.numeric();
     return a.integral() == b.integral();
@@ -345,6 +400,7 @@ std::string to_str(const Value& value) {
 }
 
 std::string to_repr(const Value& value) {
+  const RecursionGuard guard;
   switch (value.kind()) {
     case Value::Kind::kUndefined:
       return "Undefined";
@@ -444,6 +500,7 @@ void append_json_string(std::string& out, const std::string& text, bool ensure_a
 }
 
 void append_json(std::string& out, const Value& value, const JsonOptions& options, int depth) {
+  const RecursionGuard guard;
   auto newline = [&](int level) {
     out += '\n';
     for (int i = 0; i < level; ++i) out += *options.indent;

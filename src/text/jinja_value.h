@@ -81,6 +81,10 @@ class Value {
   static Value from_json(const nlohmann::ordered_json& json);
 
   Kind kind() const { return static_cast<Kind>(data_.index()); }
+  // Levels of lists, dicts and namespaces inside this value (0 for scalars). Building a value
+  // deeper than kMaxValueNesting fails, so the recursive printers, comparisons and destructors
+  // stay far from the stack's end.
+  int nesting() const;
   bool is_undefined() const { return kind() == Kind::kUndefined; }
   bool is_none() const { return kind() == Kind::kNone; }
   bool is_bool() const { return kind() == Kind::kBool; }
@@ -129,9 +133,12 @@ class Value {
   Data data_;
 };
 
+constexpr int kMaxValueNesting = 256;
+
 struct Sequence {
   SequenceKind kind = SequenceKind::kList;
   std::vector<Value> items;
+  int nesting = 1;
 };
 
 // Insertion-ordered mapping with string keys (JSON objects and template dict literals).
@@ -142,9 +149,12 @@ class Dict {
   size_t size() const { return entries_.size(); }
   bool empty() const { return entries_.empty(); }
   const std::vector<std::pair<std::string, Value>>& entries() const { return entries_; }
+  // 1 + the deepest value ever set (an upper bound once entries are replaced).
+  int nesting() const { return nesting_; }
 
  private:
   std::vector<std::pair<std::string, Value>> entries_;
+  int nesting_ = 1;
 };
 
 struct Namespace {
@@ -167,6 +177,34 @@ inline SequenceKind Value::sequence_kind() const {
 inline const std::vector<Value>& Value::items() const {
   return std::get<SequencePtr>(data_)->items;
 }
+inline int Value::nesting() const {
+  switch (kind()) {
+    case Kind::kSequence:
+      return std::get<SequencePtr>(data_)->nesting;
+    case Kind::kDict:
+      return std::get<DictPtr>(data_)->nesting();
+    case Kind::kNamespace:
+      return 1 + std::get<NamespacePtr>(data_)->attributes.nesting();
+    default:
+      return 0;
+  }
+}
+
+// The largest string a render may build (rendered output, captured blocks, values). Checked
+// before the operations that multiply sizes (repetition, padding, join, replace) allocate.
+// StringLimit sets it for the renders on this thread while it lives.
+size_t max_string_bytes();
+void check_string_size(size_t bytes, std::string_view operation);
+class StringLimit {
+ public:
+  explicit StringLimit(size_t bytes);
+  ~StringLimit();
+  StringLimit(const StringLimit&) = delete;
+  StringLimit& operator=(const StringLimit&) = delete;
+
+ private:
+  size_t previous_;
+};
 
 // Python's `a is b` for the shared kinds, value equality for the scalar ones.
 bool same_object(const Value& a, const Value& b);

@@ -131,7 +131,82 @@ Tokenizer Tokenizer::from_document(const nlohmann::json& document, std::string_v
   return tokenizer;
 }
 
+namespace {
+
+// Removes the content marks: a doubled mark stands for one U+FDD0 of the content; a single one
+// is dropped and its offset in the result appended to `plain_starts` (when given).
+std::string unmark(std::string_view text, std::vector<size_t>* plain_starts) {
+  const std::string_view mark = Tokenizer::kContentMark;
+  std::string clean;
+  clean.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    if (text.compare(i, mark.size(), mark) != 0) {
+      clean += text[i++];
+      continue;
+    }
+    i += mark.size();
+    if (text.compare(i, mark.size(), mark) == 0) {
+      clean += mark;
+      i += mark.size();
+    } else if (plain_starts != nullptr) {
+      plain_starts->push_back(clean.size());
+    }
+  }
+  return clean;
+}
+
+}  // namespace
+
+std::string Tokenizer::mark_special_tokens(std::string_view content) const {
+  std::vector<TextSegment> segments;
+  if (!raw_matcher_->empty()) raw_matcher_->split(content, segments);
+  std::vector<size_t> special_starts;
+  for (const TextSegment& segment : segments) {
+    if (segment.added_id < 0) continue;
+    const AddedToken& token = added_tokens_[added_by_id_.at(segment.added_id)];
+    if (!token.special) continue;
+    // The segment may include whitespace an lstrip token absorbs; the mark goes where the
+    // token's text starts.
+    const size_t start = content.find(token.content, segment.begin);
+    if (start != std::string_view::npos) special_starts.push_back(start);
+  }
+  const std::string_view mark = kContentMark;
+  std::string marked;
+  marked.reserve(content.size() + special_starts.size() * mark.size());
+  size_t next_special = 0;
+  for (size_t i = 0; i < content.size(); ++i) {
+    if (next_special < special_starts.size() && special_starts[next_special] == i) {
+      marked += mark;
+      ++next_special;
+    }
+    if (content.compare(i, mark.size(), mark) == 0) marked += mark;
+    marked += content[i];
+  }
+  return marked;
+}
+
+std::string Tokenizer::strip_content_marks(std::string_view text) {
+  return unmark(text, nullptr);
+}
+
+std::vector<int32_t> Tokenizer::encode_marked(std::string_view text,
+                                              bool add_special_tokens) const {
+  std::string repaired;
+  if (!utf8_is_valid(text)) {
+    repaired = utf8_repair(text);
+    text = repaired;
+  }
+  std::vector<size_t> plain_starts;
+  const std::string clean = unmark(text, &plain_starts);
+  return encode_with_plain_starts(clean, add_special_tokens, plain_starts);
+}
+
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
+  return encode_with_plain_starts(text, add_special_tokens, {});
+}
+
+std::vector<int32_t> Tokenizer::encode_with_plain_starts(
+    std::string_view text, bool add_special_tokens, const std::vector<size_t>& plain_starts) const {
   std::string repaired;
   if (!utf8_is_valid(text)) {
     repaired = utf8_repair(text);
@@ -143,7 +218,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
   if (raw_matcher_->empty()) {
     segments.push_back({0, text.size(), -1});
   } else {
-    raw_matcher_->split(text, segments);
+    raw_matcher_->split(text, segments, plain_starts);
   }
   for (const TextSegment& segment : segments) {
     if (segment.added_id >= 0) {

@@ -67,6 +67,19 @@ class Tokenizer {
   ~Tokenizer();
 
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const;
+
+  // Prompt injection guard for chat prompts: text from messages, tools and tool results must
+  // never yield control tokens, only the chat template's own markup may. mark_special_tokens
+  // puts kContentMark (U+FDD0, a noncharacter reserved for internal use) before every special
+  // token in such text, and doubles any U+FDD0 already there; the rendered prompt then goes to
+  // encode_marked, which drops the marks and keeps each marked special token plain text (tokenized
+  // like any other text, exactly what HF gives with encode_special_tokens for that stretch).
+  // Special tokens that match only after normalization (normalized: true) are not marked.
+  static constexpr std::string_view kContentMark = "\xEF\xB7\x90";
+  std::string mark_special_tokens(std::string_view content) const;
+  std::vector<int32_t> encode_marked(std::string_view text, bool add_special_tokens) const;
+  // The text encode_marked tokenizes: the marks removed (what a user should be shown).
+  static std::string strip_content_marks(std::string_view text);
   // Ids that name no token are skipped; with skip_special_tokens, special added tokens are too.
   std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const;
 
@@ -92,6 +105,8 @@ class Tokenizer {
   Tokenizer();
   static Tokenizer from_document(const nlohmann::json& document, std::string_view source);
   void encode_text(std::string_view text, bool at_input_start, std::vector<int32_t>& ids) const;
+  std::vector<int32_t> encode_with_plain_starts(std::string_view text, bool add_special_tokens,
+                                                const std::vector<size_t>& plain_starts) const;
 
   std::unique_ptr<BpeModel> model_;
   std::unique_ptr<Normalizer> normalizer_;

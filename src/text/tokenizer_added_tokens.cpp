@@ -91,7 +91,8 @@ size_t AddedTokenMatcher::longest_at(std::string_view text, size_t pos,
   return best;
 }
 
-void AddedTokenMatcher::split(std::string_view text, std::vector<TextSegment>& out) const {
+void AddedTokenMatcher::split(std::string_view text, std::vector<TextSegment>& out,
+                              const std::vector<size_t>& plain_starts) const {
   size_t emitted = 0;  // end of the last segment pushed
   size_t pos = 0;      // where the search for the next match resumes
   while (pos < text.size()) {
@@ -101,7 +102,8 @@ void AddedTokenMatcher::split(std::string_view text, std::vector<TextSegment>& o
     }
     const AddedToken* token = nullptr;
     const size_t length = longest_at(text, pos, &token);
-    if (length == 0) {
+    if (length == 0 ||
+        (token->special && std::binary_search(plain_starts.begin(), plain_starts.end(), pos))) {
       ++pos;
       continue;
     }

@@ -40,8 +40,11 @@ class AddedTokenMatcher {
 
   bool empty() const { return nodes_.size() <= 1; }
 
-  // Appends to `out` segments covering `text` (offsets relative to `text`).
-  void split(std::string_view text, std::vector<TextSegment>& out) const;
+  // Appends to `out` segments covering `text` (offsets relative to `text`). A special token
+  // whose match would start at one of `plain_starts` (sorted offsets) is not matched there: it
+  // stays plain text, as with HF's encode_special_tokens.
+  void split(std::string_view text, std::vector<TextSegment>& out,
+             const std::vector<size_t>& plain_starts = {}) const;
 
  private:
   struct Node {
