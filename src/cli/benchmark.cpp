@@ -18,6 +18,7 @@
 #include "base/thread_pool.h"
 #include "cli/benchmark_report.h"
 #include "cli/commands.h"
+#include "cli/decode_flags.h"
 #include "engine/model_bundle.h"
 #include "formats/model_store.h"
 #include "hub/resolve.h"
@@ -255,8 +256,9 @@ void run_benchmark(const BenchmarkOptions& options) {
   BenchmarkReport report;
   report.version = kVersion;
   report.threads = default_pool().num_threads();
-  report.device =
-      fmt::format("CPU {} ({})", cpu_features().model_name, kernels::isa_name(kernels::best_isa()));
+  report.device = fmt::format("CPU {} ({}, {} numerics)", cpu_features().model_name,
+                              kernels::isa_name(kernels::best_isa()),
+                              kernels::numerics_name(kernels::numerics()));
   report.os = os_description();
   report.trials = options.trials;
   report.max_new_tokens = options.max_new_tokens;
@@ -445,6 +447,7 @@ void add_benchmark_command(CLI::App& app) {
   command->add_option("--plot", options->plot_path,
                       "Write an SVG chart (and a PNG when rsvg-convert exists)");
   command->add_option("--threads", options->threads, "Worker threads (default: all CPUs)");
+  add_numerics_flag(*command);
   command->add_flag("--recalibrate", options->recalibrate, "Measure verify costs even when cached");
   command->callback([options] { run_benchmark(*options); });
 }

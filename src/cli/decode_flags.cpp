@@ -8,6 +8,7 @@
 #include "base/thread_pool.h"
 #include "formats/model_store.h"
 #include "hub/resolve.h"
+#include "kernels/quant.h"
 #include "speculative/drafter_resolution.h"
 
 namespace dspark::cli {
@@ -52,7 +53,20 @@ CLI::Validator thread_count() {
       "THREADS");
 }
 
+void add_numerics_flag(CLI::App& command) {
+  command
+      .add_option_function<std::string>(
+          "--numerics",
+          [](const std::string& name) {
+            kernels::set_numerics(kernels::parse_numerics(name, "--numerics"));
+          },
+          "Quantized products: int8 (activations rounded to 8 bits, the default) or fp32 (the "
+          "oracle path); DSPARK_NUMERICS sets the same")
+      ->check(CLI::IsMember({"int8", "fp32"}));
+}
+
 void add_decode_flags(CLI::App& command, DecodeFlags& flags) {
+  add_numerics_flag(command);
   command
       .add_option("--mode", flags.mode,
                   "Decoding: auto (a drafter if one is found, else lookup), dspark, dflash, "

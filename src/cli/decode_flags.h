@@ -24,6 +24,9 @@ struct DecodeFlags {
   bool special_tokens_in_content = false;
 };
 
+// --numerics int8|fp32: sets the process-wide numerics of quantized products when parsed.
+void add_numerics_flag(CLI::App& command);
+// The decoding flags above, --numerics among them.
 void add_decode_flags(CLI::App& command, DecodeFlags& flags);
 
 // A number in [min, max]: unlike CLI::Range it refuses nan and inf (every comparison with NaN

@@ -162,17 +162,27 @@ void prepare_int8_activations(const cpu::KernelTable& table, const float* x, int
   out.x8_rows.resize(m);
   out.scale_rows.resize(m);
   out.sum_rows.resize(m);
+  const int64_t blocks_per_group = group / cpu::kInt8Block;
   for (int64_t i = 0; i < m; ++i) {
     const float* row = x + i * cols;
-    float* sums = out.sums.data() + i * groups;
-    for (int64_t g = 0; g < groups; ++g) {
-      float sum = 0.0f;
-      for (int64_t k = g * group; k < (g + 1) * group; ++k) sum += row[k];
-      sums[g] = sum;
-    }
     int8_t* x8 = out.x8.data() + i * cols;
     float* scales = out.block_scales.data() + i * blocks;
     table.quantize_activations(row, cols, w.format.bits, x8, scales);
+    // Σx of the quantized row (quant_impl.h): each block's integer sum (exact, so the table's
+    // element order does not matter) times its scale, chained over the group's blocks.
+    float* sums = out.sums.data() + i * groups;
+    for (int64_t g = 0; g < groups; ++g) {
+      float sum = 0.0f;
+      for (int64_t j = 0; j < blocks_per_group; ++j) {
+        const int64_t b = g * blocks_per_group + j;
+        int32_t block_sum = 0;
+        for (int64_t k = b * cpu::kInt8Block; k < (b + 1) * cpu::kInt8Block; ++k)
+          block_sum += x8[k];
+        const float term = static_cast<float>(block_sum);
+        sum = j == 0 ? scales[b] * term : std::fma(scales[b], term, sum);
+      }
+      sums[g] = sum;
+    }
     out.x8_rows[i] = x8;
     out.scale_rows[i] = scales;
     out.sum_rows[i] = sums;

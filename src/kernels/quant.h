@@ -13,7 +13,10 @@
 //         fp32 scale per block: d_b = max|x| / 127 (fp32), x8 = round-half-even(x / d_b) clamped
 //         to [-127, 127] (d_b = 0: all zeros); it depends only on that row. Then
 //         y = Σ_g [ s_g · Σ_{blocks b in g} d_b · Σ_{k in b} q_k·x8_k + b_g · Σx_g ], the inner
-//         sums exact int32 and Σx_g taken from the fp32 row x (not from x8), left to right. The
+//         sums exact int32 and Σx_g taken from the quantized row (Σ_b d_b·Σ x8), so the
+//         product is exactly W·x̂ with x̂ = d_b·x8. (Σx from the fp32 row would leave the
+//         rounding error multiplied by s·q = W - b instead of W: affine groups have |b| about
+//         their largest weight, and the logits came out ~4x further from fp32 in KL.) The
 //         integer dot products cost less per weight than fp32 products, most of all when several
 //         activation rows share the unpacked weights (speculative verify, prefill): quant_bench's
 //         numerics/* benchmarks compare the two.

@@ -249,9 +249,10 @@ std::string calibration_key(const Model& target, const CalibrationOptions& optio
       break;
     }
   }
-  return fmt::format("v{}|cpu {}|{}|t{}|{}|{}|{}|{}|b{}|ctx{}|w{}", kSchemaVersion,
+  return fmt::format("v{}|cpu {}|{}|{}|t{}|{}|{}|{}|{}|b{}|ctx{}|w{}", kSchemaVersion,
                      cpu_features().model_name, kernels::isa_name(kernels::best_isa()),
-                     default_pool().num_threads(), options.mode, options.target_name,
+                     kernels::numerics_name(kernels::numerics()), default_pool().num_threads(),
+                     options.mode, options.target_name,
                      options.drafter_name.empty() ? "-" : options.drafter_name, quant,
                      target.decode_weight_bytes(), options.context, options.max_width);
 }

@@ -93,10 +93,11 @@ FormulaValue formula(const float* x, const testing::TestQuantMatrix& matrix, int
   for (int64_t g = 0; g < cols / group; ++g) {
     const double scale = matrix.scales[stored * (cols / group) + g];
     const double bias = matrix.biases[stored * (cols / group) + g];
+    // Σx of the quantized row: the product is then exactly W·x̂, x̂ = d_b·x8 (quant.h).
     double xsum = 0.0, xabs = 0.0;
     for (int64_t k = g * group; k < (g + 1) * group; ++k) {
-      xsum += x[k];
-      xabs += std::abs(x[k]);
+      xsum += static_cast<double>(d[k / kBlock]) * x8[k];
+      xabs += std::abs(static_cast<double>(d[k / kBlock]) * x8[k]);
     }
     for (int64_t b = g * group / kBlock; b < (g + 1) * group / kBlock; ++b) {
       int64_t isum = 0;
@@ -196,9 +197,12 @@ TEST_P(QuantInt8Test, CloseToFp32Numerics) {
         }
         for (int64_t k = b * kBlock; k < (b + 1) * kBlock; ++k) {
           const int64_t g = r * (cols / group()) + k / group();
-          const double weight = std::abs(matrix.scales[g] * matrix.codes[r * cols + k]);
+          // The product is W·x̂: each input's rounding (at most d_b/2) meets the whole weight.
+          const double code_part = std::abs(matrix.scales[g] * matrix.codes[r * cols + k]);
+          const double weight =
+              std::abs(matrix.scales[g] * matrix.codes[r * cols + k] + matrix.biases[g]);
           rounding += weight * (amax / 127.0) / 2;
-          magnitude += (weight + std::abs(matrix.biases[g])) * (std::abs(row[k]) + amax / 127.0);
+          magnitude += (code_part + std::abs(matrix.biases[g])) * (std::abs(row[k]) + amax / 127.0);
         }
       }
       const double difference = y8[i * rows + r] - y32[i * rows + r];

@@ -26,7 +26,9 @@
 // Int8 numerics (quant.h). Activation row x (cols a multiple of 32) is quantized per block b of
 // 32 inputs: amax_b = max_k |x[k]|, d_b = amax_b / 127 (fp32 division); if d_b = 0 every x8 is 0,
 // else c = x[k] / d_b (fp32 division), c = c < 127 ? c : 127, c = c > -127 ? c : -127 (so a NaN
-// becomes 127, as minps/maxps do), x8[k] = round-half-even(c). xsum_g as in the fp32 order above.
+// becomes 127, as minps/maxps do), x8[k] = round-half-even(c). xsum_g is the sum of the quantized
+// row over group g: with S_b = Σ_{k in b} x8[k] (exact int32), xsum_g = d_{b0} * float(S_{b0}),
+// then xsum_g = fma(d_{bj}, float(S_{bj}), xsum_g) for j = 1..n.
 // Per output (row of W, activation row), with isum_b = Σ_{k in b} q[k]·x8[k] exact in int32 (any
 // order; |isum_b| <= 32·255·127 < 2^24, so float(isum_b) is exact):
 //     acc = 0, bias = 0
