@@ -55,9 +55,8 @@ TEST(JinjaLimits, NestedRangeLoopsHitTheIterationLimit) {
   EXPECT_EQ(outcome.error,
             "t line 1: jinja: loop iteration limit: more than 1000000 loop iterations in one "
             "render");
-  // About 1 s on an idle machine in a release build; the bound only tells a limit from a hang
-  // (AddressSanitizer builds on a busy machine take ten times longer).
-  EXPECT_LT(outcome.seconds, 60.0);
+  // The refusal itself shows the loops are bounded (about 1 s in a release build; no time is
+  // asserted: a sanitizer build on a busy machine takes many times longer).
   std::printf("nested range(100000) loops refused after %.2f s\n", outcome.seconds);
   RenderLimits small;
   small.max_loop_iterations = 1000;
