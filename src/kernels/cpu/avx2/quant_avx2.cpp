@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/quant_impl.h"
 #include "kernels/cpu/quant_tiles.h"
+#include "kernels/cpu/unaligned_loads.h"
 
 namespace dspark::kernels::cpu {
 namespace {
@@ -41,18 +42,6 @@ alignas(32) constexpr uint8_t kSixBitUnits[32] = {
 
 alignas(32) constexpr uint32_t kTwoBitShifts[2][8] = {{0, 2, 4, 6, 8, 10, 12, 14},
                                                       {16, 18, 20, 22, 24, 26, 28, 30}};
-
-uint32_t load_u32(const uint8_t* p) {
-  uint32_t value;
-  std::memcpy(&value, p, 4);
-  return value;
-}
-
-uint16_t load_u16(const uint8_t* p) {
-  uint16_t value;
-  std::memcpy(&value, p, 2);
-  return value;
-}
 
 // Exactly 2·Bits bytes (3 or 5 bits), zero-extended to 16, without reading past them.
 template <int Bits>

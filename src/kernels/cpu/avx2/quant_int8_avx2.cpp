@@ -19,6 +19,7 @@
 #include <cstring>
 
 #include "kernels/cpu/quant_impl.h"
+#include "kernels/cpu/unaligned_loads.h"
 #include "tensor/dtype.h"
 
 namespace dspark::kernels::cpu {
@@ -38,18 +39,6 @@ constexpr bool kByteCodes = Bits == 2 || Bits == 4;
 uint64_t load_u64(const uint8_t* p) {
   uint64_t value;
   std::memcpy(&value, p, 8);
-  return value;
-}
-
-uint32_t load_u32(const uint8_t* p) {
-  uint32_t value;
-  std::memcpy(&value, p, 4);
-  return value;
-}
-
-uint16_t load_u16(const uint8_t* p) {
-  uint16_t value;
-  std::memcpy(&value, p, 2);
   return value;
 }
 
