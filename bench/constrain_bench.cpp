@@ -1,6 +1,6 @@
 // Cost of constrained decoding per generated token: the logit mask of a JSON grammar over a real
 // vocabulary. SmolLM2 (49152 ids, the default model) and Qwen3 (151669 ids, the size class of
-// Nemotron's 131072) from the shared fixtures; DSPARK_CONSTRAIN_TOKENIZER=<tokenizer.json> adds
+// Nemotron's 131072) from the test fixtures (tests/fixtures/public); DSPARK_CONSTRAIN_TOKENIZER=<tokenizer.json> adds
 // one more ("custom").
 //
 //   constrain_bench --benchmark_filter=Cold
@@ -34,7 +34,7 @@ const std::string kSourceDir = std::filesystem::path(__FILE__).parent_path().par
 
 std::string tokenizer_path(const std::string& name) {
   if (name == "custom") return std::getenv("DSPARK_CONSTRAIN_TOKENIZER");
-  return kSourceDir + "/../shared/fixtures/" + name + "/tokenizer.json";
+  return kSourceDir + "/tests/fixtures/public/" + name + "/tokenizer.json";
 }
 
 struct Setup {

@@ -25,7 +25,7 @@ const std::string kSourceDir = std::filesystem::path(__FILE__).parent_path().par
 
 std::string tokenizer_path(const std::string& name) {
   if (name == "nemotron_tiny") return kSourceDir + "/tests/fixtures/nemotron-tiny/tokenizer.json";
-  return kSourceDir + "/../shared/fixtures/" + name + "/tokenizer.json";
+  return kSourceDir + "/tests/fixtures/public/" + name + "/tokenizer.json";
 }
 
 const std::vector<std::string>& corpus() {

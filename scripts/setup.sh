@@ -11,6 +11,10 @@ cd "$(dirname "$0")/.."
 APT_PACKAGES=(build-essential cmake ninja-build pkg-config git python3 python3-venv python3-pip
   nlohmann-json3-dev libcpp-httplib-dev libcli11-dev libfmt-dev libpcre2-dev libicu-dev libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev librsvg2-bin ccache)
+with_tests=0
+[[ "${1:-}" == "--tests" ]] && with_tests=1
+# The sanitizer build and the fuzz harnesses use clang (scripts/test.sh).
+((with_tests)) && APT_PACKAGES+=(clang libclang-rt-dev)
 
 missing=()
 for package in "${APT_PACKAGES[@]}"; do
@@ -23,9 +27,6 @@ if ((${#missing[@]})); then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
-
-with_tests=0
-[[ "${1:-}" == "--tests" ]] && with_tests=1
 
 VENV="${DSPARK_VENV:-$HOME/.cache/dspark/venv}"
 if ((with_tests)); then
@@ -45,7 +46,9 @@ if ((with_tests)); then
 fi
 
 BUILD="${DSPARK_BUILD:-build}"
-# ccache makes a rebuild of an unchanged file (another checkout, a clean clone) a cache hit.
+# ccache makes a rebuild of an unchanged file (another checkout, a clean clone) a cache hit,
+# wherever the clone lies.
+export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSPARK_VENV="$VENV" \
   -DCMAKE_CXX_COMPILER_LAUNCHER=ccache >/dev/null
 if ((with_tests)); then

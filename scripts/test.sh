@@ -15,6 +15,8 @@ jobs="$(nproc)"
 venv="${DSPARK_VENV:-$HOME/.cache/dspark/venv}"
 failed=()
 timings=()
+# A clone anywhere (CI's, a second checkout) hits the compiler cache of an identical file.
+export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
 
 stage() {
   local name="$1"
@@ -27,6 +29,17 @@ stage() {
     timings+=("$name: FAILED after $((SECONDS - start)) s")
     failed+=("$name")
   fi
+}
+
+# The summary repeats what failed, since a later stage's output pushes it out of a log's tail.
+failed_tests=()
+ctest_in() {
+  local dir="$1"
+  shift
+  (cd "$dir" && ctest --output-on-failure --timeout 1500 -j"$jobs" "$@") && return 0
+  local listed="$dir/Testing/Temporary/LastTestsFailed.log"
+  [[ -f "$listed" ]] && mapfile -t -O "${#failed_tests[@]}" failed_tests < <(sed "s|^|$dir: |" "$listed")
+  return 1
 }
 
 # The ISAs this CPU runs, widest first (the same test as the kernels' dispatch).
@@ -42,22 +55,22 @@ cpu_isas() {
 }
 
 release_tests() {
-  (cd build && ctest --output-on-failure -j"$jobs" --timeout 1500)
+  ctest_in build
 }
 
 unit_tests_on() {
   # The default-model cases are left to the release stage, as under the sanitizer: they are the
   # slow ones, and the kernels they run are what the other unit tests check on every ISA.
-  (cd build && DSPARK_ISA="$1" ctest --output-on-failure -L unit -E DefaultModel -j"$jobs" \
-    --timeout 1500)
+  DSPARK_ISA="$1" ctest_in build -L unit -E DefaultModel
 }
 
 asan_tests() {
-  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDSPARK_SANITIZE=ON \
-    -DDSPARK_BUILD_BENCH=OFF -DDSPARK_VENV="$venv" -DCMAKE_CXX_COMPILER_LAUNCHER=ccache >/dev/null &&
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ \
+    -DCMAKE_CXX_FLAGS_DEBUG=-gline-tables-only -DDSPARK_SANITIZE=ON -DDSPARK_BUILD_BENCH=OFF \
+    -DDSPARK_VENV="$venv" -DCMAKE_CXX_COMPILER_LAUNCHER=ccache >/dev/null &&
     cmake --build build-asan -j"$jobs" &&
-    (cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -L unit \
-      -E DefaultModel -j"$jobs" --timeout 1500)
+    ASAN_OPTIONS=detect_leaks=1 ctest_in build-asan -L unit \
+      -E 'DefaultModel|^fp32[.]|FollowTheTargetWithAWrongDrafter|SampledTokensFollowTheRestricted'
 }
 
 stage setup scripts/setup.sh --tests
@@ -74,6 +87,10 @@ stage asan asan_tests
 
 echo "=== test.sh: summary"
 printf '  %s\n' "${timings[@]}"
+if ((${#failed_tests[@]})); then
+  echo "  failed tests:"
+  printf '    %s\n' "${failed_tests[@]}"
+fi
 if ((${#failed[@]})); then
   echo "test.sh: failed stages: ${failed[*]}"
   exit 1

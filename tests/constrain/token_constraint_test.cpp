@@ -187,7 +187,7 @@ TEST(TokenConstraint, PlainBytesThatDoNotAllLoop) {
 
 const Tokenizer& smollm2() {
   static const Tokenizer tokenizer =
-      Tokenizer::from_file(std::string(DSPARK_SHARED_DIR) + "/fixtures/smollm2/tokenizer.json");
+      Tokenizer::from_file(std::string(DSPARK_PUBLIC_FIXTURES) + "/smollm2/tokenizer.json");
   return tokenizer;
 }
 
@@ -270,7 +270,7 @@ TEST(TokenConstraint, TrieWalkMatchesTokenByTokenCheckInCountedStrings) {
 
 TEST(TokenVocabulary, FromTokenizerLeavesOutSpecialAndMarkupTokens) {
   const Tokenizer qwen3 =
-      Tokenizer::from_file(std::string(DSPARK_SHARED_DIR) + "/fixtures/qwen3/tokenizer.json");
+      Tokenizer::from_file(std::string(DSPARK_PUBLIC_FIXTURES) + "/qwen3/tokenizer.json");
   const auto vocabulary = TokenVocabulary::from_tokenizer(qwen3);
   EXPECT_EQ(vocabulary->size(), qwen3.vocab_size());
   EXPECT_FALSE(vocabulary->bytes(*qwen3.token_to_id("<|im_end|>")));

@@ -13,7 +13,7 @@ namespace dspark {
 namespace {
 
 const std::string kNanoConfig =
-    std::string(DSPARK_SHARED_DIR) + "/fixtures/nemotron-3-nano/config.from-jax-test-literal.json";
+    std::string(DSPARK_PUBLIC_FIXTURES) + "/nemotron-3-nano/config.from-jax-test-literal.json";
 
 std::map<std::string, const HfParameter*> by_name(const HfLayout& layout) {
   std::map<std::string, const HfParameter*> result;

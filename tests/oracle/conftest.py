@@ -6,7 +6,8 @@ import pytest
 
 SOURCE_DIR = pathlib.Path(os.environ.get("DSPARK_SOURCE_DIR", pathlib.Path(__file__).resolve().parents[2]))
 BUILD_DIR = pathlib.Path(os.environ.get("DSPARK_BUILD_DIR", SOURCE_DIR / "build"))
-SHARED_DIR = pathlib.Path(os.environ.get("DSPARK_SHARED_DIR", SOURCE_DIR.parent / "shared"))
+# Real tokenizers, templates and configs, with their provenance in SOURCES.md there.
+PUBLIC_FIXTURES = SOURCE_DIR / "tests" / "fixtures" / "public"
 # The oracles compute in float32, so by default every dspark process an oracle test starts uses
 # the fp32 path; a test about the int8 path (the product's default) asks for it explicitly.
 os.environ.setdefault("DSPARK_NUMERICS", "fp32")
@@ -24,7 +25,3 @@ def tool(name: str) -> str:
 def build_dir():
     return BUILD_DIR
 
-
-@pytest.fixture
-def shared_dir():
-    return SHARED_DIR

@@ -15,7 +15,7 @@ import jinja2.ext
 import pytest
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from conftest import SHARED_DIR, tool
+from conftest import PUBLIC_FIXTURES, tool
 
 
 def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
@@ -42,7 +42,7 @@ ENV.filters["tojson"] = _tojson
 ENV.globals["raise_exception"] = _raise_exception
 ENV.globals["strftime_now"] = _strftime_now
 
-FIXTURES = SHARED_DIR / "fixtures"
+FIXTURES = PUBLIC_FIXTURES
 TEMPLATES = {
     "nemotron3-crlf": (FIXTURES / "nemotron-3-nano/chat_template.jinja", None, "<|im_end|>"),
     "nemotron3-lf": (FIXTURES / "templates/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.lf.jinja", None, "<|im_end|>"),

@@ -21,12 +21,12 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from conftest import SHARED_DIR, SOURCE_DIR, tool
+from conftest import PUBLIC_FIXTURES, SOURCE_DIR, tool
 
 # (name, tokenizer.json, end-of-sequence token)
 TOKENIZERS = [
-    ("smollm2", SHARED_DIR / "fixtures" / "smollm2" / "tokenizer.json", "<|im_end|>"),
-    ("qwen3", SHARED_DIR / "fixtures" / "qwen3" / "tokenizer.json", "<|im_end|>"),
+    ("smollm2", PUBLIC_FIXTURES / "smollm2" / "tokenizer.json", "<|im_end|>"),
+    ("qwen3", PUBLIC_FIXTURES / "qwen3" / "tokenizer.json", "<|im_end|>"),
     ("nemotron-tiny", SOURCE_DIR / "tests" / "fixtures" / "nemotron-tiny" / "tokenizer.json",
      "<|im_end|>"),
 ]

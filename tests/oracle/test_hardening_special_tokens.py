@@ -17,10 +17,10 @@ import pytest
 
 tokenizers = pytest.importorskip("tokenizers")
 
-from conftest import SHARED_DIR, tool  # noqa: E402
+from conftest import PUBLIC_FIXTURES, tool  # noqa: E402
 from test_chat_templates_jinja2 import ENV, TEMPLATES  # noqa: E402
 
-FIXTURES = SHARED_DIR / "fixtures"
+FIXTURES = PUBLIC_FIXTURES
 BASE_TOKENIZERS = {"qwen3": FIXTURES / "qwen3/tokenizer.json", "smollm2": FIXTURES / "smollm2/tokenizer.json"}
 
 # The control tokens each template writes (its bos/eos included); ones the base tokenizer lacks are

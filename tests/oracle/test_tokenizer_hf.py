@@ -17,7 +17,7 @@ import pytest
 from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers
 from tokenizers import processors, trainers
 
-from conftest import SHARED_DIR, SOURCE_DIR, tool
+from conftest import PUBLIC_FIXTURES, SOURCE_DIR, tool
 
 CORPUS = [json.loads(line) for line in
           (SOURCE_DIR / "tests" / "data" / "tokenizer_corpus.jsonl").read_text("ascii").splitlines()]
@@ -86,8 +86,8 @@ def gpt2_style(tmp_dir):
 
 
 FIXTURES = {
-    "qwen3": lambda tmp: str(SHARED_DIR / "fixtures" / "qwen3" / "tokenizer.json"),
-    "smollm2": lambda tmp: str(SHARED_DIR / "fixtures" / "smollm2" / "tokenizer.json"),
+    "qwen3": lambda tmp: str(PUBLIC_FIXTURES / "qwen3" / "tokenizer.json"),
+    "smollm2": lambda tmp: str(PUBLIC_FIXTURES / "smollm2" / "tokenizer.json"),
     "nemotron_tiny": lambda tmp: str(SOURCE_DIR / "tests" / "fixtures" / "nemotron-tiny" / "tokenizer.json"),
     "llama2_style": llama2_style,
     "metaspace_style": metaspace_style,

@@ -14,7 +14,7 @@ namespace dspark {
 namespace {
 
 using Json = nlohmann::ordered_json;
-const std::filesystem::path kFixtures = std::filesystem::path(DSPARK_SHARED_DIR) / "fixtures";
+const std::filesystem::path kFixtures = std::filesystem::path(DSPARK_PUBLIC_FIXTURES);
 
 std::string read(const std::filesystem::path& path) {
   std::ifstream file(path, std::ios::binary);

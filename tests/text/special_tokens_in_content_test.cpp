@@ -14,7 +14,7 @@
 namespace dspark {
 namespace {
 
-const std::filesystem::path kQwen3 = std::filesystem::path(DSPARK_SHARED_DIR) / "fixtures/qwen3";
+const std::filesystem::path kQwen3 = std::filesystem::path(DSPARK_PUBLIC_FIXTURES) / "qwen3";
 
 std::string read(const std::filesystem::path& path) {
   std::ifstream file(path, std::ios::binary);

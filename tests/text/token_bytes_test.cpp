@@ -9,8 +9,8 @@
 namespace dspark {
 namespace {
 
-const std::string kSmollm2 = std::string(DSPARK_SHARED_DIR) + "/fixtures/smollm2/tokenizer.json";
-const std::string kQwen3 = std::string(DSPARK_SHARED_DIR) + "/fixtures/qwen3/tokenizer.json";
+const std::string kSmollm2 = std::string(DSPARK_PUBLIC_FIXTURES) + "/smollm2/tokenizer.json";
+const std::string kQwen3 = std::string(DSPARK_PUBLIC_FIXTURES) + "/qwen3/tokenizer.json";
 const std::string kNemotronTiny =
     std::string(DSPARK_SOURCE_DIR) + "/tests/fixtures/nemotron-tiny/tokenizer.json";
 

@@ -26,7 +26,7 @@ std::string read_file(const std::string& path) {
   return buffer.str();
 }
 
-const std::string kQwen3 = std::string(DSPARK_SHARED_DIR) + "/fixtures/qwen3/tokenizer.json";
+const std::string kQwen3 = std::string(DSPARK_PUBLIC_FIXTURES) + "/qwen3/tokenizer.json";
 const std::string kNemotronTiny =
     std::string(DSPARK_SOURCE_DIR) + "/tests/fixtures/nemotron-tiny/tokenizer.json";
 
@@ -55,7 +55,7 @@ std::vector<std::string> split(const std::string& text, const std::string& separ
 // "\n__ggml_vocab_test__\n", the file ending with a separator) against the ids on the matching
 // line of the .out file. SOURCES.md records that HF's Qwen3 tokenizer.json gives these ids.
 TEST(Tokenizer, Qwen3MatchesLlamaCppVocabVectors) {
-  const std::string dir = std::string(DSPARK_SHARED_DIR) + "/fixtures/qwen3/llama.cpp-vocab-tests/";
+  const std::string dir = std::string(DSPARK_PUBLIC_FIXTURES) + "/qwen3/llama.cpp-vocab-tests/";
   std::vector<std::string> inputs =
       split(read_file(dir + "ggml-vocab-qwen2.gguf.inp"), "\n__ggml_vocab_test__\n");
   ASSERT_EQ(inputs.back(), "");
