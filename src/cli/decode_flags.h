@@ -1,8 +1,8 @@
 #pragma once
-// The decoding flags `generate` and `serve` share (speculative.md §15, reference-product.md §1.1,
-// §1.2): --mode, --max-draft, --drafter, --drafter-bits, --confidence-threshold, --lookup-drafts,
-// declared once so that both commands take the same names and defaults, and resolved once per
-// loaded model into the DecodeSetup every generation uses.
+// The decoding flags `generate` and `serve` share (docs/speculative.md §15, docs/server-api.md
+// §6.1, §6.2): --mode, --max-draft, --drafter, --drafter-bits, --confidence-threshold,
+// --lookup-drafts, declared once so that both commands take the same names and defaults, and
+// resolved once per loaded model into the DecodeSetup every generation uses.
 #include <CLI/CLI.hpp>
 #include <string>
 

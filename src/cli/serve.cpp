@@ -1,4 +1,4 @@
-// `dspark serve`: the OpenAI- and Anthropic-compatible HTTP server (server-api.md). The server
+// `dspark serve`: the OpenAI- and Anthropic-compatible HTTP server (docs/server-api.md). The server
 // listens first and loads the model after, so /health answers 503 while loading. SIGINT and
 // SIGTERM drain it: new generations get 503, queued and running ones may finish within
 // --shutdown-grace seconds (a second signal cuts the wait short), then what is left is cancelled

@@ -122,7 +122,7 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt, ModelSt
     if (const std::vector<int32_t>* forced = forcing.due(
             tokens_left(config, model_, prompt_tokens, result.stats.generated_tokens))) {
       // The forced ids go through one forward of [pending, forced[0 : n-1]], as in speculative
-      // decoding (speculative.md §8), so both decode the same rows. At the start the prompt's
+      // decoding (docs/speculative.md §8), so both decode the same rows. At the start the prompt's
       // last row already gives forced[0]'s logits.
       forcing.on_forced();
       result.budget_forced = forcing.budget_fired();

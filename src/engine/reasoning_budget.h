@@ -1,5 +1,5 @@
 #pragma once
-// The reasoning budget (reference-product.md §7.4): once the model has spent `budget` tokens
+// The reasoning budget (docs/server-api.md §3.5): once the model has spent `budget` tokens
 // inside its thinking block, the block is closed for it by committing the forced ids (the tokens
 // of "\n\n" + message + "\n</think>\n\n") without sampling. Plain and speculative decoding consult
 // the same state machine after every committed token, so both fire at the same token.
@@ -35,12 +35,12 @@ ReasoningBudgetConfig make_reasoning_budget(const Tokenizer& tokenizer, int64_t 
                                             const std::vector<int32_t>& eos_ids);
 
 // Whether the decoded tail of `prompt` (last 8 ids) leaves a thinking block of `syntax` open
-// (reference-product.md §7.1).
+// (docs/server-api.md §3.2).
 bool prompt_tail_opens_reasoning(const Tokenizer& tokenizer, const std::vector<int32_t>& prompt,
                                  const ReasoningSyntax& syntax);
 
 // The budget of a prompt rendered with `chat_template`: its thinking markers, the block open when
-// the decoded tail of the prompt (last 8 ids) leaves it open (reference-product.md §7.1). Off when
+// the decoded tail of the prompt (last 8 ids) leaves it open (docs/server-api.md §3.2). Off when
 // the template has no thinking markers.
 ReasoningBudgetConfig reasoning_budget_for_prompt(const Tokenizer& tokenizer,
                                                   const std::string& chat_template,

@@ -1,7 +1,7 @@
 #pragma once
 // Non-quantized CPU operations of the model forward: normalisation, activations, rotary
 // embeddings, attention over a KV cache, the causal depthwise convolution and the Mamba-2 SSD
-// scan, and MoE routing. Everything is fp32. Math follows shared spec nemotron_h.md §3–§5 and
+// scan, and MoE routing. Everything is fp32. Math follows docs/model-math.md §3–§5 and
 // §12.3.
 //
 // Row invariance: every operation computes each token row with the same arithmetic whatever the
@@ -56,7 +56,7 @@ void causal_attention_isa(Isa isa, const float* q, int64_t rows, int64_t q_heads
                           int64_t head_dim, const float* keys, const float* values, int64_t past,
                           float scale, float* out);
 
-// Causal depthwise convolution with carried state (nemotron_h.md §3.3). window: [kernel - 1,
+// Causal depthwise convolution with carried state (docs/model-math.md §3.3). window: [kernel - 1,
 // channels], the raw inputs of the previous kernel - 1 tokens, oldest first. input: [rows,
 // channels]. weight: [channels, kernel] (weight[c, kernel - 1] multiplies the current token);
 // bias: [channels] or null. out[t, c] = bias[c] + Σ_k weight[c, k] · padded[t + k, c] with
@@ -67,7 +67,7 @@ void causal_conv1d(float* window, const float* input, int64_t rows, int64_t chan
 void conv_window_advance(float* window, const float* input, int64_t rows, int64_t channels,
                          int64_t kernel);
 
-// Mamba-2 selective state space scan (nemotron_h.md §3.4) for one sequence.
+// Mamba-2 selective state space scan (docs/model-math.md §3.4) for one sequence.
 //   state: [heads, head_dim, state_size] fp32, updated in place
 //   x: [rows, heads, head_dim]; B, C: [rows, groups, state_size]; head h uses group
 //   h / (heads / groups); dt: [rows, heads] after softplus (and clamp); A: [heads] = -exp(A_log);
@@ -92,7 +92,7 @@ void ssd_chunked(const SsmDims& dims, float* state, const float* x, const float*
                  const float* dt, const float* A, const float* D, int64_t rows, int64_t chunk,
                  float* y);
 
-// MoE router (nemotron_h.md §5.1, mlx-lm's group_expert_select). For each row: scores =
+// MoE router (docs/model-math.md §5.1, mlx-lm's group_expert_select). For each row: scores =
 // sigmoid(logits); selection uses scores + correction_bias (null = none), group-limited when
 // n_group > 1 (groups outside the best topk_group, ranked by the sum of their two best selection
 // scores, are set to 0); ties go to the lower expert id. Weights are the unbiased scores of the

@@ -1,6 +1,6 @@
 #pragma once
 // MLX affine quantization (bits 2, 3, 4, 5, 6, 8; group sizes 32, 64, 128) and the products that
-// read quantized weights. Layout: see shared spec nemotron_h.md §8.1. Weights are [rows, cols]
+// read quantized weights. Layout: see docs/model-math.md §8.1. Weights are [rows, cols]
 // (output, input), optionally stacked [experts, rows, cols]; `packed` holds each row as a
 // little-endian bit stream of `cols * bits / 32` U32 words; scales and biases hold one value per
 // group of `group_size` consecutive inputs. Pointers may be unaligned (MLX does not pad tensors).

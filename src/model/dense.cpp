@@ -1,5 +1,5 @@
 // Dense decoder-only transformers: llama (SmolLM2, Llama 3), qwen2 and qwen3 (q/k RMSNorm per
-// head). Shared spec nemotron_h.md §12: pre-norm attention with rotary embeddings (rotate-half,
+// head). docs/model-math.md §12: pre-norm attention with rotary embeddings (rotate-half,
 // fp32 angles, rope_scaling none / linear / llama3 / yarn), SwiGLU MLP, tied or untied output.
 #include <cmath>
 #include <cstring>

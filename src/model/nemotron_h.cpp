@@ -1,7 +1,7 @@
 // nemotron_h: a stack of pre-norm residual layers, each one of Mamba-2 mixer (M), attention (*),
-// MoE (E) or dense MLP (-), as laid out by hybrid_override_pattern. The math follows shared spec
-// nemotron_h.md §3–§5; section numbers below refer to it. Loads MLX checkpoints (experts stacked
-// as switch_mlp.fc1/fc2, conv weight [C, K, 1], optionally quantized) and Hugging Face ones
+// MoE (E) or dense MLP (-), as laid out by hybrid_override_pattern. The math follows
+// docs/model-math.md §3–§5; section numbers below refer to it. Loads MLX checkpoints (experts
+// stacked as switch_mlp.fc1/fc2, conv weight [C, K, 1], optionally quantized) and Hugging Face ones
 // (per-expert experts.{e}.up_proj/down_proj, conv weight [C, 1, K]).
 #include <algorithm>
 #include <cmath>

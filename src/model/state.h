@@ -1,6 +1,6 @@
 #pragma once
 // The per-sequence state of a model: a KV cache per attention layer and, per Mamba layer, the
-// conv window and the SSM state (shared spec nemotron_h.md §6).
+// conv window and the SSM state (docs/model-math.md §6).
 //
 // Storage: K/V, conv windows and SSM states are fp32. mlx-lm keeps K/V and the conv window in the
 // activation dtype (bf16); fp32 costs twice the KV memory (12 KiB per token for Nemotron Nano,
@@ -10,9 +10,9 @@
 // Rollback. Attention layers trim by moving the length back. Mamba layers cannot run backwards,
 // so a forward with recording on stores, per Mamba layer, the SSM state and conv window before the
 // run, the run's pre-conv xBC rows and the post-conv x, B, C and post-softplus dt rows
-// (speculative.md §7.2). trim() then rebuilds each Mamba layer by re-running only the recurrence
-// over the kept rows, one token at a time with the same kernel that one-token decoding uses, so
-// the rebuilt state is bit-identical to the state plain decoding of those tokens reaches.
+// (docs/speculative.md §7.2). trim() then rebuilds each Mamba layer by re-running only the
+// recurrence over the kept rows, one token at a time with the same kernel that one-token decoding
+// uses, so the rebuilt state is bit-identical to the state plain decoding of those tokens reaches.
 #include <cstdint>
 #include <vector>
 

@@ -1,4 +1,4 @@
-// The Anthropic Messages dialect (server-api.md §2).
+// The Anthropic Messages dialect (docs/server-api.md §2).
 #include <fmt/format.h>
 
 #include "server/dialect.h"
@@ -293,8 +293,8 @@ ChatRequest parse_messages(const Json& body, bool count_only) {
       request.drop_reasoning = true;
     } else if (type == "enabled" || type == "adaptive") {
       request.enable_thinking = true;
-      // server-api.md §2: budget_tokens is the reasoning budget (an explicit reasoning_budget
-      // field still wins, below).
+      // docs/server-api.md §2.2: budget_tokens is the reasoning budget (an explicit
+      // reasoning_budget field still wins, below).
       const Json& tokens = body["thinking"].value("budget_tokens", Json());
       if (!tokens.is_null()) {
         if (!tokens.is_number_integer() || tokens.get<int64_t>() < 0) {

@@ -101,7 +101,7 @@ class Engine {
   int64_t context_window() const { return context_window_; }
   PrefixCache::Counters cache_counters() const { return cache_.counters(); }
   std::string mode_name() const { return decode_mode_name(options_.decode.options.mode); }
-  // The /health fields of a ready engine (reference-product.md §3.2).
+  // The /health fields of a ready engine (docs/server-api.md §5.1).
   nlohmann::json health() const;
   // Whether a generation is running (llama.cpp's /slots: one slot).
   bool busy();

@@ -1,4 +1,4 @@
-// The OpenAI dialect: chat completions and legacy completions (server-api.md §1).
+// The OpenAI dialect: chat completions and legacy completions (docs/server-api.md §1).
 #include <fmt/format.h>
 
 #include <ctime>

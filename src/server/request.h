@@ -38,7 +38,7 @@ class ApiError : public std::runtime_error {
   std::string param_;
 };
 
-// The error body for `status` in the dialect's shape (server-api.md §1.8, §2.6).
+// The error body for `status` in the dialect's shape (docs/server-api.md §1.8, §2.6).
 nlohmann::json error_body(Dialect dialect, int status, const std::string& message,
                           const std::string& code = "", const std::string& param = "",
                           const nlohmann::json& extra = nlohmann::json::object());
@@ -93,7 +93,7 @@ struct ChatRequest {
   std::optional<bool> enable_thinking;
   bool drop_reasoning = false;  // Anthropic thinking: disabled
   std::optional<int64_t> max_tokens;
-  // Thinking tokens before the block is forced closed (reference-product.md §7.4); nullopt = the
+  // Thinking tokens before the block is forced closed (docs/server-api.md §3.5); nullopt = the
   // server default, 0 = off.
   std::optional<int64_t> reasoning_budget;
   std::optional<std::string> reasoning_budget_message;  // nullopt = the server default

@@ -1,4 +1,4 @@
-// The OpenAI Responses dialect (stateless; reference-product.md §4.3, §5.4).
+// The OpenAI Responses dialect (stateless; docs/server-api.md §4).
 #include <fmt/format.h>
 
 #include <ctime>

@@ -1,5 +1,5 @@
 #pragma once
-// Measures the costs the draft cap is derived from (speculative.md §16.1) and caches them per
+// Measures the costs the draft cap is derived from (docs/speculative.md §16.1) and caches them per
 // (machine, kernels, threads, mode, target, drafter, quantisation) in a JSON file
 // (~/.cache/dspark/calibration.json): verify milliseconds per width at a 512-token synthetic
 // context, drafter milliseconds per cap, the per-round overhead, and the verify slope with

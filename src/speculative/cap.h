@@ -1,6 +1,6 @@
 #pragma once
-// How many drafts a round should offer (speculative.md §16): the measured cost model, the derived
-// cap (the argmax over C of expected committed tokens per unit time), and the per-round
+// How many drafts a round should offer (docs/speculative.md §16): the measured cost model, the
+// derived cap (the argmax over C of expected committed tokens per unit time), and the per-round
 // controller behind --max-draft auto.
 #include <cstdint>
 #include <memory>

@@ -6,7 +6,7 @@
 namespace dspark {
 namespace {
 
-// Standalone lookup's draft length when no --max-draft is given (speculative.md §10.4).
+// Standalone lookup's draft length when no --max-draft is given (docs/speculative.md §10.4).
 constexpr int kLookupMaxDraft = 6;
 // Without calibration, model drafters start from this cap.
 constexpr int kFallbackCap = 2;

@@ -1,5 +1,5 @@
 #pragma once
-// The z-lab DFlash drafter (speculative.md §12.1): the shared parallel backbone over
+// The z-lab DFlash drafter (docs/speculative.md §12.1): the shared parallel backbone over
 // [anchor, mask x (B - 1)], embedded with the target's embedding and projected with the target's
 // raw lm_head; slots 1 .. B - 1 each give one draft, drawn independently (no Markov chain).
 // DFlash 2 checkpoints (candidate selector, grouped convolutions) are refused.

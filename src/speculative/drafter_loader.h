@@ -1,8 +1,8 @@
 #pragma once
-// Drafter checkpoints (speculative.md §11.1, §12.1, §13, §14): every DSpark packaging (DeepSpec
-// standalone, vLLM speculators, SpecForge, LiquidAI LFM2, NVIDIA's Nemotron head) is normalised
-// to one DeepSpec-schema config; z-lab DFlash configs to their own. Weights are bound strictly
-// (a missing or unexpected tensor is refused by name) and quantized at load to MLX affine
+// Drafter checkpoints (docs/speculative.md §11.1, §12.1, §13, §14): every DSpark packaging
+// (DeepSpec standalone, vLLM speculators, SpecForge, LiquidAI LFM2, NVIDIA's Nemotron head) is
+// normalised to one DeepSpec-schema config; z-lab DFlash configs to their own. Weights are bound
+// strictly (a missing or unexpected tensor is refused by name) and quantized at load to MLX affine
 // `bits`-bit, group 64, bit-identical to mlx.core.quantize.
 #include <cstdint>
 #include <memory>

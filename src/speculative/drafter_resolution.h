@@ -1,9 +1,9 @@
 #pragma once
-// --mode auto|dspark|dflash|lookup|baseline and which drafter a generation uses (speculative.md
-// §15): --drafter (a directory or a hub repo id), else a drafter directory named after the model
-// beside it or in the models directory (<model>-DSpark*, <model>-DFlash*), else a cached hub
-// companion of a repo-id model, else the built-in registry's row, else lookup (auto only). The
-// choice comes back with the reason, for the CLI to print.
+// --mode auto|dspark|dflash|lookup|baseline and which drafter a generation uses
+// (docs/speculative.md §15): --drafter (a directory or a hub repo id), else a drafter directory
+// named after the model beside it or in the models directory (<model>-DSpark*, <model>-DFlash*),
+// else a cached hub companion of a repo-id model, else the built-in registry's row, else lookup
+// (auto only). The choice comes back with the reason, for the CLI to print.
 #include <functional>
 #include <optional>
 #include <string>

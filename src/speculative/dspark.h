@@ -1,7 +1,7 @@
 #pragma once
-// The DSpark drafter (speculative.md §11): the shared parallel backbone over [anchor, mask ...],
-// the drafter's own or the target's raw lm_head, the sequential rank-r Markov bias
-// (logit_i = base_i + W2 · W1[prev]), and the confidence head that can truncate a block
+// The DSpark drafter (docs/speculative.md §11): the shared parallel backbone over
+// [anchor, mask ...], the drafter's own or the target's raw lm_head, the sequential rank-r Markov
+// bias (logit_i = base_i + W2 · W1[prev]), and the confidence head that can truncate a block
 // (--confidence-threshold: keep drafts while the product of confidences stays at or above it).
 // A head is loaded once (quantized at load) and shared; each generation gets a fresh drafter
 // holding its own context.

@@ -1,5 +1,5 @@
 #pragma once
-// The parallel block backbone DSpark and DFlash share (speculative.md §11.3–§11.5, §12.1):
+// The parallel block backbone DSpark and DFlash share (docs/speculative.md §11.3–§11.5, §12.1):
 // committed tokens' fused target taps are projected once (fc, hidden_norm) into per-layer
 // context K/V (append-only, roped at their absolute positions); a draft block [anchor, mask ...]
 // at positions p .. p + w - 1 runs through qwen3 layers whose attention reads [ctx ; block]

@@ -1,6 +1,6 @@
 #pragma once
-// N-gram prompt lookup (speculative.md §10): drafts copied from the latest earlier occurrence of
-// the longest matching suffix n-gram in the prompt and output so far.
+// N-gram prompt lookup (docs/speculative.md §10): drafts copied from the latest earlier occurrence
+// of the longest matching suffix n-gram in the prompt and output so far.
 #include <cstdint>
 #include <map>
 #include <unordered_map>

@@ -142,8 +142,9 @@ GenerationResult SpeculativeGenerator::generate(const std::vector<int32_t>& prom
       break;
     }
     if (forced_due) {
-      // speculative.md §8: one forward of [pending, forced[0 : n-1]], accepted unconditionally. At
-      // the start nothing is pending: the prompt's last row gives forced[0], committed first.
+      // docs/speculative.md §8: one forward of [pending, forced[0 : n-1]], accepted
+      // unconditionally. At the start nothing is pending: the prompt's last row gives forced[0],
+      // committed first.
       const std::vector<int32_t>& forced = *forced_due;
       forced_due = nullptr;
       forcing.on_forced();

@@ -1,5 +1,5 @@
 #pragma once
-// The one verify loop (speculative.md §4–§7): every round drafts up to `cap` tokens after the
+// The one verify loop (docs/speculative.md §4–§7): every round drafts up to `cap` tokens after the
 // pending token, runs the target once over [pending, drafts], accepts the leading run the target
 // agrees with (greedy exact match, or lossless rejection sampling at T > 0), commits one more
 // target token (the correction, or the bonus after a full accept), and rolls the state back to the

@@ -55,7 +55,7 @@ struct ParsedOutput {
 // Folds events into the message they describe.
 ParsedOutput collect_events(const std::vector<OutputEvent>& events);
 
-// Converts an XML parameter's text to the JSON type its schema declares (server-api.md §3.1):
+// Converts an XML parameter's text to the JSON type its schema declares (docs/server-api.md §3.1):
 // string verbatim, integer/number parsed, boolean true/false, object/array parsed as JSON,
 // null from "null"; anything that does not convert stays a string.
 nlohmann::ordered_json coerce_parameter(const std::string& text,

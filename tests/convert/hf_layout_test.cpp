@@ -1,5 +1,5 @@
 // The MLX parameter layout derived from Hugging Face configs, checked against the real Nemotron 3
-// Nano config and the sizes in the shared spec (nemotron_h.md §1.3, §7).
+// Nano config and the sizes in docs/model-math.md (§1.3, §7).
 #include "convert/hf_layout.h"
 
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-"""The reasoning budget end to end (reference-product.md §7.4): `dspark serve` on the scripted tiny
+"""The reasoning budget end to end (docs/server-api.md §3.5): `dspark serve` on the scripted tiny
 nemotron_h of test_server_nemotron.py, asked through the official openai and anthropic SDKs.
 
 The script reasons "plan" in three tokens after the prompt's `<think>\\n`, closes with `</think>`
@@ -127,7 +127,7 @@ def test_anthropic_budget_tokens_and_responses(server, scripted):
     cut, _, after = expected(scripted, 2, "")
     client = anthropic.Anthropic(base_url=server.url, api_key=KEY, max_retries=0)
     kwargs = dict(model="c", max_tokens=40, messages=QUESTION, extra_body={"temperature": 0})
-    # thinking.budget_tokens is the reasoning budget (server-api.md §2) ...
+    # thinking.budget_tokens is the reasoning budget (docs/server-api.md §2.2) ...
     cut_reply = client.messages.create(**kwargs, thinking={"type": "enabled", "budget_tokens": 2})
     assert [b.type for b in cut_reply.content] == ["thinking", "text"]
     assert cut_reply.content[0].thinking == tokenizer.decode(cut)

@@ -367,9 +367,10 @@ TEST(LosslessSampling, FirstTwoTokensFollowTheTargetWithAWrongDrafter) {
   EXPECT_GT(generator.stats().drafted, 0);
 }
 
-// Reasoning budget (speculative.md §8): with the prompt opening the block, each case spells some
-// plain-decoding tokens as markers; the budget fires where ReasoningBudget says, plain decoding
-// then continues greedily after the forced ids, and every drafter and cap reproduces it exactly.
+// Reasoning budget (docs/speculative.md §8): with the prompt opening the block, each case spells
+// some plain-decoding tokens as markers; the budget fires where ReasoningBudget says, plain
+// decoding then continues greedily after the forced ids, and every drafter and cap reproduces it
+// exactly.
 TEST(ReasoningBudgetDecoding, SpeculativeEqualsPlainWithTheBudget) {
   testing::TinyCheckpoint checkpoint(31);
   testing::fill_nemotron(checkpoint, "M*EMEM-");

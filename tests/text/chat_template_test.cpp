@@ -1,5 +1,5 @@
 // Chat template loading and rendering with the real fixture templates. Expected prompts follow
-// spec/nemotron_h.md §10.1 and are what Python jinja2 renders (the oracle test compares thousands
+// docs/model-math.md §10.1 and are what Python jinja2 renders (the oracle test compares thousands
 // of renderings live).
 #include "text/chat_template.h"
 

@@ -1,4 +1,4 @@
-// Reasoning and tool-call parsing: the edge cases of spec/server-api.md §3.4, each checked
+// Reasoning and tool-call parsing: the edge cases of docs/server-api.md §3.4, each checked
 // one-shot and streamed in every two-piece split, byte by byte and in random chunks.
 #include <gtest/gtest.h>
 
