@@ -128,7 +128,8 @@ TEST_F(ServerFront, PostWithoutContentLengthIs411AtOnce) {
   const auto start = std::chrono::steady_clock::now();
   const Reply reply = http_exchange(
       port_, "POST /v1/chat/completions HTTP/1.1\r\nContent-Type: application/json\r\n\r\n{}");
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  // Not the 60 s read timeout a body-less POST once waited for (loose for a busy sanitizer build).
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
   EXPECT_EQ(reply.status, 411);
   EXPECT_EQ(reply.body["error"]["message"], "a POST needs a Content-Length header");
   expect_alive();
