@@ -366,14 +366,14 @@ void transpose_tile_values(const uint8_t* scale_base, const uint8_t* bias_base,
   }
 }
 
-// The tile's scales and biases of groups first_group[r] + g, g < 8 (values past a row's end are
-// whatever follows and never used). Unless `in_bounds` (all of them lie inside the tensor of
-// `total` values), the values that exist are copied to a zeroed buffer first.
+// transpose_tile_values near the end of the tensor of `total` values: the values that exist are
+// copied to a zeroed buffer first. Out of line, so that the common path does not clear the buffer.
 template <DType D>
-void load_tile_values_typed(const QuantMatrix& w, const int64_t* first_group, int64_t total,
-                            bool in_bounds, float (*scales)[kTileRows],
-                            float (*biases)[kTileRows]) {
-  if (in_bounds) return transpose_tile_values<D>(w.scales, w.biases, first_group, scales, biases);
+__attribute__((noinline)) void transpose_tile_values_near_end(const QuantMatrix& w,
+                                                              const int64_t* first_group,
+                                                              int64_t total,
+                                                              float (*scales)[kTileRows],
+                                                              float (*biases)[kTileRows]) {
   constexpr int64_t kSize = D == DType::F32 ? 4 : 2;
   alignas(32) uint8_t near_end[2][kTileRows * 8 * kSize] = {};
   int64_t index[kTileRows];
@@ -384,6 +384,16 @@ void load_tile_values_typed(const QuantMatrix& w, const int64_t* first_group, in
     index[r] = r * 8;
   }
   transpose_tile_values<D>(near_end[0], near_end[1], index, scales, biases);
+}
+
+// The tile's scales and biases of groups first_group[r] + g, g < 8 (values past a row's end are
+// whatever follows and never used); `in_bounds`: all of them lie inside the tensor.
+template <DType D>
+void load_tile_values_typed(const QuantMatrix& w, const int64_t* first_group, int64_t total,
+                            bool in_bounds, float (*scales)[kTileRows],
+                            float (*biases)[kTileRows]) {
+  if (in_bounds) return transpose_tile_values<D>(w.scales, w.biases, first_group, scales, biases);
+  transpose_tile_values_near_end<D>(w, first_group, total, scales, biases);
 }
 
 void load_tile_values(const QuantMatrix& w, const int64_t* first_group, int64_t total,
