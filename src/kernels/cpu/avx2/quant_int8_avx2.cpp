@@ -289,54 +289,122 @@ __m256i interleaved_sums(const __m256i* steps, const void* activations) {
   }
 }
 
-// 8 consecutive scales (or biases) of dtype D at p, widened to fp32.
-template <DType D>
-__m256 widen8(const uint8_t* p) {
-  if constexpr (D == DType::F32) {
-    return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
-  } else {
-    const __m128i halves = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    if constexpr (D == DType::F16) {
-      return _mm256_cvtph_ps(halves);
-    } else {
-      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(halves), 16));
+// v[g] 16-bit word r = a[r] word g, in each 128-bit lane, for 8 x 8 matrices of words.
+__attribute__((always_inline)) inline void transpose8x8_words(const __m256i* a, __m256i* v) {
+  // pairs[k] (pairs[4 + k]): rows 2k, 2k + 1 interleaved over words 0-3 (4-7).
+  __m256i pairs[8], quads[8];
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    pairs[k] = _mm256_unpacklo_epi16(a[2 * k], a[2 * k + 1]);
+    pairs[4 + k] = _mm256_unpackhi_epi16(a[2 * k], a[2 * k + 1]);
+  }
+  // quads[4h + j]: rows 4h .. 4h+3 of words 2j, 2j + 1.
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 2
+    for (int half = 0; half < 2; ++half) {
+      const __m256i first = pairs[4 * half + 2 * h], second = pairs[4 * half + 2 * h + 1];
+      quads[4 * h + 2 * half] = _mm256_unpacklo_epi32(first, second);
+      quads[4 * h + 2 * half + 1] = _mm256_unpackhi_epi32(first, second);
     }
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    v[2 * j] = _mm256_unpacklo_epi64(quads[j], quads[4 + j]);
+    v[2 * j + 1] = _mm256_unpackhi_epi64(quads[j], quads[4 + j]);
   }
 }
 
-// out[g][r] = value first_group[r] + g of the tile's 8 rows, for g < 8 (values past a row's end
-// are whatever follows and never used). Reads only the tensor's `total` values: near its end, the
-// values that exist are copied to a zeroed buffer first.
+// scales[g][r] (biases[g][r]) = the 8 values at scale_base (bias_base) + index[r] values, row r's
+// group g, as fp32. 16-bit values are transposed before they are widened, a row's scales in the
+// low 128-bit lane and its biases in the high one, so one word transpose serves both: the widening
+// and the transpose of fp32 values cost more than the products on a single activation row with
+// 32-element groups.
 template <DType D>
-void load_tile_values_typed(const uint8_t* base, const int64_t* first_group, int64_t total,
-                            float (*out)[kTileRows]) {
+void transpose_tile_values(const uint8_t* scale_base, const uint8_t* bias_base,
+                           const int64_t* index, float (*scales)[kTileRows],
+                           float (*biases)[kTileRows]) {
   constexpr int64_t kSize = D == DType::F32 ? 4 : 2;
-  __m256i rows[kTileRows];
-  if (*std::max_element(first_group, first_group + kTileRows) + 8 <= total) {
+  if constexpr (D == DType::F32) {
+    __m256i rows[kTileRows];
 #pragma GCC unroll 8
     for (int r = 0; r < kTileRows; ++r) {
-      rows[r] = _mm256_castps_si256(widen8<D>(base + first_group[r] * kSize));
+      rows[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(scale_base + index[r] * kSize));
     }
-  } else {
+    transpose8x8(rows, reinterpret_cast<__m256i*>(scales));
+#pragma GCC unroll 8
     for (int r = 0; r < kTileRows; ++r) {
-      alignas(32) uint8_t values[8 * kSize] = {};
-      const int64_t count = std::min<int64_t>(8, total - first_group[r]);
-      std::memcpy(values, base + first_group[r] * kSize, static_cast<size_t>(count * kSize));
-      rows[r] = _mm256_castps_si256(widen8<D>(values));
+      rows[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bias_base + index[r] * kSize));
+    }
+    transpose8x8(rows, reinterpret_cast<__m256i*>(biases));
+  } else {
+    __m256i rows[kTileRows], groups[kChunkGroups];
+#pragma GCC unroll 8
+    for (int r = 0; r < kTileRows; ++r) {
+      rows[r] = _mm256_inserti128_si256(
+          _mm256_castsi128_si256(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(scale_base + index[r] * kSize))),
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(bias_base + index[r] * kSize)), 1);
+    }
+    transpose8x8_words(rows, groups);
+#pragma GCC unroll 8
+    for (int g = 0; g < kChunkGroups; ++g) {
+      __m256 scale, bias;
+      if constexpr (D == DType::F16) {
+        scale = _mm256_cvtph_ps(_mm256_castsi256_si128(groups[g]));
+        bias = _mm256_cvtph_ps(_mm256_extracti128_si256(groups[g], 1));
+      } else {
+        // A bf16 value is the high half of its fp32 value: interleaving zero words below widens.
+        const __m256i low = _mm256_unpacklo_epi16(_mm256_setzero_si256(), groups[g]);
+        const __m256i high = _mm256_unpackhi_epi16(_mm256_setzero_si256(), groups[g]);
+        scale = _mm256_castsi256_ps(_mm256_permute2x128_si256(low, high, 0x20));
+        bias = _mm256_castsi256_ps(_mm256_permute2x128_si256(low, high, 0x31));
+      }
+      _mm256_store_ps(scales[g], scale);
+      _mm256_store_ps(biases[g], bias);
     }
   }
-  transpose8x8(rows, reinterpret_cast<__m256i*>(out));
 }
 
-void load_tile_values(const uint8_t* base, DType dtype, const int64_t* first_group, int64_t total,
-                      float (*out)[kTileRows]) {
-  switch (dtype) {
+// transpose_tile_values near the end of the tensor of `total` values: the values that exist are
+// copied to a zeroed buffer first. Out of line, so that the common path does not clear the buffer.
+template <DType D>
+__attribute__((noinline)) void transpose_tile_values_near_end(const QuantMatrix& w,
+                                                              const int64_t* first_group,
+                                                              int64_t total,
+                                                              float (*scales)[kTileRows],
+                                                              float (*biases)[kTileRows]) {
+  constexpr int64_t kSize = D == DType::F32 ? 4 : 2;
+  alignas(32) uint8_t near_end[2][kTileRows * 8 * kSize] = {};
+  int64_t index[kTileRows];
+  for (int r = 0; r < kTileRows; ++r) {
+    const auto bytes = static_cast<size_t>(std::min<int64_t>(8, total - first_group[r]) * kSize);
+    std::memcpy(near_end[0] + r * 8 * kSize, w.scales + first_group[r] * kSize, bytes);
+    std::memcpy(near_end[1] + r * 8 * kSize, w.biases + first_group[r] * kSize, bytes);
+    index[r] = r * 8;
+  }
+  transpose_tile_values<D>(near_end[0], near_end[1], index, scales, biases);
+}
+
+// The tile's scales and biases of groups first_group[r] + g, g < 8 (values past a row's end are
+// whatever follows and never used); `in_bounds`: all of them lie inside the tensor.
+template <DType D>
+void load_tile_values_typed(const QuantMatrix& w, const int64_t* first_group, int64_t total,
+                            bool in_bounds, float (*scales)[kTileRows],
+                            float (*biases)[kTileRows]) {
+  if (in_bounds) return transpose_tile_values<D>(w.scales, w.biases, first_group, scales, biases);
+  transpose_tile_values_near_end<D>(w, first_group, total, scales, biases);
+}
+
+void load_tile_values(const QuantMatrix& w, const int64_t* first_group, int64_t total,
+                      bool in_bounds, float (*scales)[kTileRows], float (*biases)[kTileRows]) {
+  switch (w.scale_dtype) {
     case DType::F32:
-      return load_tile_values_typed<DType::F32>(base, first_group, total, out);
+      return load_tile_values_typed<DType::F32>(w, first_group, total, in_bounds, scales, biases);
     case DType::F16:
-      return load_tile_values_typed<DType::F16>(base, first_group, total, out);
+      return load_tile_values_typed<DType::F16>(w, first_group, total, in_bounds, scales, biases);
     default:
-      return load_tile_values_typed<DType::BF16>(base, first_group, total, out);
+      return load_tile_values_typed<DType::BF16>(w, first_group, total, in_bounds, scales, biases);
   }
 }
 
@@ -401,8 +469,9 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
     }
     int64_t chunk_first[kTileRows];
     for (int r = 0; r < kTileRows; ++r) chunk_first[r] = first_group[r] + g0;
-    load_tile_values(w.scales, w.scale_dtype, chunk_first, total_groups, scales);
-    load_tile_values(w.biases, w.scale_dtype, chunk_first, total_groups, biases);
+    // Lanes past `rows` repeat row row0, so the last row's values are the furthest.
+    const bool in_bounds = chunk_first[rows - 1] + kChunkGroups <= total_groups;
+    load_tile_values(w, chunk_first, total_groups, in_bounds, scales, biases);
     for (int64_t i = i0; i < i1; ++i) {
       const int8_t* x8 = task.x8[i] + c0;
       const float* d = task.block_scales[i] + c0 / kInt8Block;
