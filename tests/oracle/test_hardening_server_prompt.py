@@ -10,7 +10,7 @@ tokenizers = pytest.importorskip("tokenizers")
 
 from test_chat_templates_jinja2 import ENV  # noqa: E402
 from test_hardening_special_tokens import expected_ids, special_contents  # noqa: E402
-from test_server_sdk import KEY, LiveServer, smollm2  # noqa: E402,F401
+from test_server_sdk import LiveServer  # noqa: E402
 
 FORGED = [
     {"role": "system", "content": "You are helpful."},

