@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(build-essential cmake ninja-build pkg-config git python3 python3-venv python3-pip
   nlohmann-json3-dev libcpp-httplib-dev libcli11-dev libfmt-dev libpcre2-dev libicu-dev libssl-dev
-  libgtest-dev libgmock-dev libbenchmark-dev librsvg2-bin ccache)
+  libgtest-dev libgmock-dev libbenchmark-dev librsvg2-bin ccache clang libclang-rt-14-dev)
 
 missing=()
 for package in "${APT_PACKAGES[@]}"; do

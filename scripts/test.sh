@@ -60,6 +60,12 @@ asan_tests() {
       -E DefaultModel -j"$jobs" --timeout 1500)
 }
 
+# A short libFuzzer pass over every harness (10 s each, one per core); the long runs are
+# scripts/fuzz.sh by hand.
+fuzz_tests() {
+  FUZZ_JOBS="$jobs" scripts/fuzz.sh 10
+}
+
 stage setup scripts/setup.sh --tests
 stage default-model scripts/install_default_model.sh
 mapfile -t isas < <(cpu_isas)
@@ -70,6 +76,7 @@ for isa in "${isas[@]}"; do
   if ((narrower)); then stage "unit ($isa)" unit_tests_on "$isa"; fi
   [[ "$isa" == "$best" ]] && narrower=1
 done
+stage fuzz fuzz_tests
 stage asan asan_tests
 
 echo "=== test.sh: summary"
