@@ -14,7 +14,7 @@ APT_PACKAGES=(build-essential cmake ninja-build pkg-config git python3 python3-v
 with_tests=0
 [[ "${1:-}" == "--tests" ]] && with_tests=1
 # The sanitizer build and the fuzz harnesses use clang (scripts/test.sh).
-((with_tests)) && APT_PACKAGES+=(clang libclang-rt-dev)
+((with_tests)) && APT_PACKAGES+=(clang libclang-rt-14-dev)
 
 missing=()
 for package in "${APT_PACKAGES[@]}"; do

@@ -73,6 +73,12 @@ asan_tests() {
       -E 'DefaultModel|^fp32[.]|FollowTheTargetWithAWrongDrafter|SampledTokensFollowTheRestricted'
 }
 
+# A short libFuzzer pass over every harness (10 s each, one per core); the long runs are
+# scripts/fuzz.sh by hand.
+fuzz_tests() {
+  FUZZ_JOBS="$jobs" scripts/fuzz.sh 10
+}
+
 stage setup scripts/setup.sh --tests
 stage default-model scripts/install_default_model.sh
 mapfile -t isas < <(cpu_isas)
@@ -83,6 +89,7 @@ for isa in "${isas[@]}"; do
   if ((narrower)); then stage "unit ($isa)" unit_tests_on "$isa"; fi
   [[ "$isa" == "$best" ]] && narrower=1
 done
+stage fuzz fuzz_tests
 stage asan asan_tests
 
 echo "=== test.sh: summary"

@@ -16,6 +16,9 @@ nlohmann::json read_json_file(const std::string& path) {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     fail("{}: invalid JSON at byte {}: {}", path, e.byte, e.what());
+  } catch (const nlohmann::json::exception& e) {
+    // A number past a double's range (1e999) is an out_of_range error, not a parse_error.
+    fail("{}: invalid JSON: {}", path, e.what());
   }
 }
 

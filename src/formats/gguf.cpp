@@ -265,10 +265,15 @@ GgufFile::GgufFile(const std::string& path) : file_(path) {
     infos.push_back(std::move(info));
   }
   uint64_t alignment = 32;
-  if (metadata_.contains("general.alignment"))
+  if (metadata_.contains("general.alignment")) {
+    if (!metadata_["general.alignment"].is_number_unsigned()) {
+      fail("{}: general.alignment is not an unsigned integer", path);
+    }
     alignment = metadata_["general.alignment"].get<uint64_t>();
-  if (alignment == 0 || (alignment & (alignment - 1)) != 0) {
-    fail("{}: general.alignment {} is not a power of two", path, alignment);
+  }
+  // Past 1 MiB an alignment is no real file's, and rounding up to it could overflow.
+  if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > (uint64_t{1} << 20)) {
+    fail("{}: general.alignment {} is not a power of two up to 1 MiB", path, alignment);
   }
   const uint64_t data_start = (reader.offset() + alignment - 1) / alignment * alignment;
   for (auto& info : infos) {
@@ -281,12 +286,23 @@ GgufFile::GgufFile(const std::string& path) : file_(path) {
       fail("{}: tensor '{}': first dimension is not a multiple of the {} block size {}", path,
            tensor.name, ggml_type_name(tensor.type), layout.block_elements);
     }
+    // Checked products: dimensions from the file could overflow the element and byte counts,
+    // and a wrapped count would pass the bounds check below.
+    int64_t elements = 1;
     for (int64_t dim : tensor.dims) {
       if (dim < 0) fail("{}: tensor '{}' has a negative dimension", path, tensor.name);
+      if (__builtin_mul_overflow(elements, dim, &elements)) {
+        fail("{}: tensor '{}' has more elements than an int64 holds", path, tensor.name);
+      }
     }
-    tensor.nbytes =
-        static_cast<size_t>(tensor.numel() / layout.block_elements * layout.block_bytes);
-    if (data_start + info.offset + tensor.nbytes > file_.size()) {
+    uint64_t nbytes = 0;
+    if (__builtin_mul_overflow(static_cast<uint64_t>(elements / layout.block_elements),
+                               static_cast<uint64_t>(layout.block_bytes), &nbytes)) {
+      fail("{}: tensor '{}' has more bytes than a file can hold", path, tensor.name);
+    }
+    tensor.nbytes = static_cast<size_t>(nbytes);
+    if (data_start > file_.size() || info.offset > file_.size() - data_start ||
+        tensor.nbytes > file_.size() - data_start - info.offset) {
       fail("{}: tensor '{}' ({} bytes at offset {}) runs past the end of the file (truncated?)",
            path, tensor.name, tensor.nbytes, info.offset);
     }

@@ -304,7 +304,7 @@ const RemoteFile* find_file(const RepoListing& listing, const std::string& path)
 nlohmann::json parse_index(const std::string& text, const RepoRef& ref) {
   try {
     return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
     fail_hub(HubErrorKind::kInvalid, "{}: {} is not valid JSON: {}", ref.display(), kIndexFile,
              e.what());
   }

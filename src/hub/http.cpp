@@ -301,7 +301,7 @@ nlohmann::json HubHttp::get_json(const std::string& url, const std::string& what
   if (next_page != nullptr) *next_page = next_page_link(header(exchange, "Link"));
   try {
     return nlohmann::json::parse(body);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
     fail_hub(HubErrorKind::kInvalid, "{}: invalid JSON from {}: {}", what, exchange.url, e.what());
   }
 }

@@ -71,6 +71,8 @@ void add_message(ChatRequest& request, const Json& message) {
     } else if (type == "image") {
       throw ApiError(400, "this model takes text only; image blocks are not supported");
     } else if (type == "tool_use") {
+      if (block.contains("input"))
+        check_field_size(block["input"], "tool_use.input", kMaxToolArgumentsBytes);
       OrderedJson input =
           block.contains("input") ? OrderedJson(block["input"]) : OrderedJson::object();
       calls.push_back({{"id", block.value("id", "")},
@@ -250,9 +252,12 @@ ChatRequest parse_messages(const Json& body, bool count_only) {
   if (!system.empty()) request.messages.push_back({{"role", "system"}, {"content", system}});
   for (const auto& message : body["messages"]) add_message(request, message);
   if (body.contains("tools") && body["tools"].is_array()) {
+    check_field_size(body["tools"], "tools", kMaxToolsBytes);
     OrderedJson tools = OrderedJson::array();
-    for (const auto& tool : body["tools"]) {
+    for (size_t i = 0; i < body["tools"].size(); ++i) {
+      const Json& tool = body["tools"][i];
       if (!tool.is_object() || !tool.contains("input_schema")) continue;  // server tools
+      check_field_size(tool, fmt::format("tools[{}]", i), kMaxToolBytes);
       OrderedJson function = {{"name", json_string(tool.value("name", Json()), "tools.name")},
                               {"description", tool.value("description", "")},
                               {"parameters", OrderedJson(tool["input_schema"])}};
@@ -281,6 +286,7 @@ ChatRequest parse_messages(const Json& body, bool count_only) {
                      "'tool_choice' must be {\"type\": \"auto\" | \"any\" | \"tool\" | \"none\"}");
     }
   }
+  if (body.contains("metadata")) check_field_size(body["metadata"], "metadata", kMaxMetadataBytes);
   if (body.contains("stop_sequences"))
     request.stop = json_string_list(body["stop_sequences"], "stop_sequences");
   if (body.contains("stream") && !body["stream"].is_null())
@@ -314,6 +320,7 @@ ChatRequest parse_messages(const Json& body, bool count_only) {
   }
   if (body.contains("chat_template_kwargs") && body["chat_template_kwargs"].is_object()) {
     const Json& kwargs = body["chat_template_kwargs"];
+    check_field_size(kwargs, "chat_template_kwargs", kMaxTemplateKwargsBytes);
     if (kwargs.contains("enable_thinking"))
       json_bool(kwargs["enable_thinking"], "chat_template_kwargs.enable_thinking");
     for (const auto& [key, value] : kwargs.items())

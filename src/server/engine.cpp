@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "base/system_info.h"
 #include "engine/stop_strings.h"
+#include "server/json_input.h"
 #include "speculative/decode_report.h"
 #include "text/detokenizer_stream.h"
 #include "text/reasoning_parser.h"
@@ -245,9 +246,8 @@ AnswerConstraintConfig Engine::answer_constraint(const ChatRequest& request,
   }
   std::shared_ptr<const constrain::Grammar> grammar;
   try {
-    grammar = format.kind == ResponseFormat::Kind::json_object
-                  ? constrain::json_object_grammar()
-                  : constrain::json_schema_grammar(format.schema);
+    grammar = format.kind == ResponseFormat::Kind::json_object ? constrain::json_object_grammar()
+                                                               : schema_grammar(format.schema);
   } catch (const Error& e) {
     throw ApiError(400, fmt::format("response_format: {}", e.what()), "", "response_format");
   }
@@ -262,6 +262,24 @@ AnswerConstraintConfig Engine::answer_constraint(const ChatRequest& request,
     config.token_text = [&tokenizer](int32_t id) { return tokenizer.decode({id}, false); };
   }
   return config;
+}
+
+std::shared_ptr<const constrain::Grammar> Engine::schema_grammar(
+    const nlohmann::ordered_json& schema) {
+  // Few enough that even schemas at the compile budget's rule cap stay affordable.
+  constexpr size_t kMaxCachedGrammars = 16;
+  const std::string key = dump_json(schema);
+  {
+    std::lock_guard lock(grammars_mutex_);
+    const auto found = grammars_.find(key);
+    if (found != grammars_.end()) return found->second;
+  }
+  // Compiled outside the lock: a compile may run up to its deadline.
+  std::shared_ptr<const constrain::Grammar> grammar = constrain::json_schema_grammar(schema);
+  std::lock_guard lock(grammars_mutex_);
+  if (grammars_.size() >= kMaxCachedGrammars) grammars_.clear();
+  grammars_.emplace(key, grammar);
+  return grammar;
 }
 
 nlohmann::json Engine::health() const {

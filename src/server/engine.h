@@ -10,8 +10,11 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
+#include <unordered_map>
 
+#include "constrain/grammar.h"
 #include "engine/model_bundle.h"
 #include "server/metrics.h"
 #include "server/prefix_cache.h"
@@ -114,6 +117,7 @@ class Engine {
   GenerationConfig generation_config(const ChatRequest& request, int64_t prompt_tokens) const;
   AnswerConstraintConfig answer_constraint(const ChatRequest& request,
                                            const PreparedPrompt& prompt);
+  std::shared_ptr<const constrain::Grammar> schema_grammar(const nlohmann::ordered_json& schema);
   void publish_queue();
 
   std::unique_ptr<ModelBundle> bundle_;
@@ -126,6 +130,11 @@ class Engine {
   // response_format.
   std::once_flag vocabulary_once_;
   std::shared_ptr<const constrain::TokenVocabulary> vocabulary_;
+  // Compiled json_schema grammars by schema text. The vocabulary caches masks by grammar, so
+  // requests repeating a schema (the usual case) must share its grammar to share those masks;
+  // a grammar per request would instead refill the mask cache to its cap. Cleared when full.
+  std::mutex grammars_mutex_;
+  std::unordered_map<std::string, std::shared_ptr<const constrain::Grammar>> grammars_;
 
   std::mutex mutex_;
   std::condition_variable work_;

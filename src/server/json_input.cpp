@@ -2,6 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <vector>
+
 #include "server/request.h"
 
 namespace dspark::server {
@@ -45,19 +50,44 @@ size_t invalid_utf8_offset(std::string_view text) {
 namespace {
 
 // One flat pass over JSON text: the deepest nesting (stopping once past kMaxJsonDepth) and, when
-// asked, the key of the first NaN / Infinity literal outside a string.
+// asked, the first NaN / Infinity literal and the first number too large for a double (which
+// nlohmann refuses with a message that names no field), each with the path of object keys it
+// sits under ("response_format.json_schema.schema.maximum").
 struct JsonScan {
   bool too_deep = false;
   bool non_finite = false;
-  std::string_view non_finite_key;
+  std::string non_finite_field;
+  std::string overflow_field;
+  std::string overflow_literal;  // as shown in the message: its first 32 characters
 };
 
-JsonScan scan_json(std::string_view text, bool find_non_finite) {
+// Keys longer than this are cut in messages: a hostile key must not make a huge error body.
+constexpr size_t kMaxKeyInMessage = 64;
+
+// Whether a JSON number literal (digits, sign, point, exponent) is beyond a double's range.
+bool overflows_double(std::string_view literal) {
+  // Without an exponent, 309 digits are needed to pass DBL_MAX (about 1.8e308).
+  if (literal.find_first_of("eE") == std::string_view::npos && literal.size() < 309) return false;
+  return std::isinf(std::strtod(std::string(literal).c_str(), nullptr));
+}
+
+JsonScan scan_json(std::string_view text, bool check_numbers) {
   JsonScan scan;
   int depth = 0;
   bool in_string = false;
   size_t string_start = 0;
-  std::string_view last_string, last_key;
+  std::string_view last_string;
+  // keys[d]: the key of the member being read in the object at depth d ("" in an array).
+  std::vector<std::string_view> keys(1);
+  auto path = [&] {
+    std::string joined;
+    for (std::string_view key : keys) {
+      if (key.empty()) continue;
+      if (!joined.empty()) joined += '.';
+      joined += key.substr(0, kMaxKeyInMessage);
+    }
+    return joined;
+  };
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     if (in_string) {
@@ -75,7 +105,7 @@ JsonScan scan_json(std::string_view text, bool find_non_finite) {
         string_start = i + 1;
         break;
       case ':':
-        last_key = last_string;
+        keys.back() = last_string;
         break;
       case '[':
       case '{':
@@ -83,18 +113,41 @@ JsonScan scan_json(std::string_view text, bool find_non_finite) {
           scan.too_deep = true;
           return scan;
         }
+        keys.emplace_back();
         break;
       case ']':
       case '}':
         --depth;
+        if (keys.size() > 1) keys.pop_back();
         break;
       case 'N':  // NaN: not JSON, but some encoders write it (Python's json.dumps)
       case 'I':  // Infinity, -Infinity
-        if (find_non_finite && !scan.non_finite) {
+        if (check_numbers && !scan.non_finite) {
           scan.non_finite = true;
-          scan.non_finite_key = last_key.substr(0, 64);
+          scan.non_finite_field = path();
         }
         break;
+      case '-':
+      case '0':
+      case '1':
+      case '2':
+      case '3':
+      case '4':
+      case '5':
+      case '6':
+      case '7':
+      case '8':
+      case '9': {
+        const size_t end = std::min(text.find_first_not_of("0123456789+-.eE", i), text.size());
+        const std::string_view literal = text.substr(i, end - i);
+        if (check_numbers && scan.overflow_literal.empty() && overflows_double(literal)) {
+          scan.overflow_field = path();
+          scan.overflow_literal = literal.size() <= 32 ? std::string(literal)
+                                                       : std::string(literal.substr(0, 32)) + "...";
+        }
+        i = end - 1;
+        break;
+      }
       default:
         break;
     }
@@ -119,13 +172,23 @@ void check_json_text(std::string_view text, std::string_view what) {
                                     kMaxJsonDepth));
   }
   if (scan.non_finite) {
-    const std::string field(scan.non_finite_key);
-    if (field.empty()) {
+    if (scan.non_finite_field.empty()) {
       throw ApiError(400, fmt::format("{} holds NaN or Infinity, which JSON does not allow", what));
     }
-    throw ApiError(
-        400, fmt::format("'{}' must be a finite number: NaN and Infinity are not JSON", field), "",
-        field);
+    throw ApiError(400,
+                   fmt::format("'{}' must be a finite number: NaN and Infinity are not JSON",
+                               scan.non_finite_field),
+                   "", scan.non_finite_field);
+  }
+  if (!scan.overflow_literal.empty()) {
+    if (scan.overflow_field.empty()) {
+      throw ApiError(400, fmt::format("{} holds the number {}, which is too large for a double",
+                                      what, scan.overflow_literal));
+    }
+    throw ApiError(400,
+                   fmt::format("'{}' holds the number {}, which is too large for a double",
+                               scan.overflow_field, scan.overflow_literal),
+                   "", scan.overflow_field);
   }
 }
 
@@ -144,6 +207,20 @@ nlohmann::ordered_json parse_ordered_json_input(std::string_view text, std::stri
     return nlohmann::ordered_json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     throw ApiError(400, fmt::format("{} is not valid JSON: {}", what, e.what()));
+  }
+}
+
+size_t field_bytes(const nlohmann::json& value) {
+  return value.is_string() ? value.get_ref<const std::string&>().size() : dump_json(value).size();
+}
+
+void check_field_size(const nlohmann::json& value, const std::string& field, size_t limit) {
+  const size_t bytes = field_bytes(value);
+  if (bytes > limit) {
+    throw ApiError(400,
+                   fmt::format("'{}' is {} bytes; at most {} ({} KiB) are allowed", field, bytes,
+                               limit, limit >> 10),
+                   "", field);
   }
 }
 

@@ -62,6 +62,7 @@ OrderedJson normalise_tool_calls(const Json& calls) {
     OrderedJson arguments = OrderedJson::object();
     if (function.contains("arguments")) {
       const Json& raw = function["arguments"];
+      check_field_size(raw, "tool_calls.function.arguments", kMaxToolArgumentsBytes);
       if (raw.is_string()) {
         const std::string& text = raw.get_ref<const std::string&>();
         if (nests_too_deep(text)) {
@@ -138,6 +139,7 @@ void parse_common(const Json& body, ChatRequest& request) {
       request.include_usage = json_bool(options["include_usage"], "stream_options.include_usage");
     }
   }
+  if (body.contains("metadata")) check_field_size(body["metadata"], "metadata", kMaxMetadataBytes);
   if (body.contains("n") && !body["n"].is_null() && json_int(body["n"], "n") != 1) {
     throw ApiError(400, "only n = 1 is supported", "", "n");
   }
@@ -369,14 +371,17 @@ ChatRequest parse_chat(const Json& body) {
   if (body.contains("tools") && !body["tools"].is_null()) {
     if (!body["tools"].is_array()) throw ApiError(400, "'tools' must be a list", "", "tools");
     if (!body["tools"].empty()) {
-      for (const auto& tool : body["tools"]) {
+      for (size_t i = 0; i < body["tools"].size(); ++i) {
+        const Json& tool = body["tools"][i];
         if (!tool.is_object() || !tool.contains("function") || !tool["function"].is_object() ||
             !tool["function"].contains("name")) {
           throw ApiError(
               400, "each tool must be {\"type\": \"function\", \"function\": {\"name\", ...}}", "",
               "tools");
         }
+        check_field_size(tool, fmt::format("tools[{}]", i), kMaxToolBytes);
       }
+      check_field_size(body["tools"], "tools", kMaxToolsBytes);
       request.tools = OrderedJson(body["tools"]);
     }
   }
@@ -427,7 +432,10 @@ ChatRequest parse_chat(const Json& body) {
   }
   if (body.contains("chat_template_kwargs") && !body["chat_template_kwargs"].is_null()) {
     const Json& kwargs = body["chat_template_kwargs"];
-    if (!kwargs.is_object()) throw ApiError(400, "'chat_template_kwargs' must be an object");
+    if (!kwargs.is_object()) {
+      throw ApiError(400, "'chat_template_kwargs' must be an object", "", "chat_template_kwargs");
+    }
+    check_field_size(kwargs, "chat_template_kwargs", kMaxTemplateKwargsBytes);
     if (kwargs.contains("enable_thinking"))
       json_bool(kwargs["enable_thinking"], "chat_template_kwargs.enable_thinking");
     for (const auto& [key, value] : kwargs.items())

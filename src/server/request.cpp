@@ -242,13 +242,16 @@ ResponseFormat parse_response_format(const nlohmann::json& value, const std::str
   ResponseFormat format;
   const std::string type = json_string(value.value("type", nlohmann::json("text")), "type");
   const nlohmann::json* schema = nullptr;
+  std::string schema_field;
   if (value.contains("json_schema") && value["json_schema"].is_object() &&
       value["json_schema"].contains("schema")) {
     schema = &value["json_schema"]["schema"];
     format.pointer = pointer + "/json_schema/schema";
+    schema_field = field + ".json_schema.schema";
   } else if (value.contains("schema")) {
     schema = &value["schema"];
     format.pointer = pointer + "/schema";
+    schema_field = field + ".schema";
   }
   if (type == "text") return format;
   if (type == "json_object" && schema == nullptr) {
@@ -260,6 +263,7 @@ ResponseFormat parse_response_format(const nlohmann::json& value, const std::str
       throw ApiError(400, fmt::format("'{}' of type json_schema needs a schema object", field), "",
                      field);
     }
+    check_field_size(*schema, schema_field, kMaxResponseSchemaBytes);
     format.kind = ResponseFormat::Kind::json_schema;
     format.schema = nlohmann::ordered_json::parse(dump_json(*schema));
     return format;

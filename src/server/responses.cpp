@@ -170,6 +170,7 @@ ChatRequest parse(const Json& body) {
       } else if (type == "function_call") {
         OrderedJson arguments = OrderedJson::object();
         const std::string text = json_string(item.value("arguments", Json("{}")), "arguments");
+        check_field_size(text, "function_call.arguments", kMaxToolArgumentsBytes);
         if (nests_too_deep(text)) {
           throw ApiError(400,
                          fmt::format("function_call arguments nest deeper than {} levels of "
@@ -201,9 +202,12 @@ ChatRequest parse(const Json& body) {
     throw ApiError(400, "'input' must be a non-empty string or list of items", "", "input");
   }
   if (body.contains("tools") && body["tools"].is_array()) {
+    check_field_size(body["tools"], "tools", kMaxToolsBytes);
     OrderedJson tools = OrderedJson::array();
-    for (const auto& tool : body["tools"]) {
+    for (size_t i = 0; i < body["tools"].size(); ++i) {
+      const Json& tool = body["tools"][i];
       if (!tool.is_object() || tool.value("type", "") != "function") continue;
+      check_field_size(tool, fmt::format("tools[{}]", i), kMaxToolBytes);
       tools.push_back({{"type", "function"},
                        {"function",
                         {{"name", json_string(tool.value("name", Json()), "tools.name")},
@@ -232,6 +236,7 @@ ChatRequest parse(const Json& body) {
     if (*request.max_tokens < 1) throw ApiError(400, "'max_output_tokens' must be at least 1");
   }
   parse_core_sampling(body, request.sampling);
+  if (body.contains("metadata")) check_field_size(body["metadata"], "metadata", kMaxMetadataBytes);
   if (body.contains("stream") && !body["stream"].is_null())
     request.stream = json_bool(body["stream"], "stream");
   if (body.contains("reasoning") && body["reasoning"].is_object()) {

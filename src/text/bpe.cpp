@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "text/tokenizer_json.h"
 #include "text/utf8.h"
 
 namespace dspark {
@@ -180,7 +181,13 @@ std::unique_ptr<BpeModel> BpeModel::from_json(const nlohmann::json& spec, std::s
   std::vector<std::pair<std::string, int32_t>> vocab;
   const auto& vocab_json = spec.at("vocab");
   vocab.reserve(vocab_json.size());
-  for (const auto& [token, id] : vocab_json.items()) vocab.emplace_back(token, id.get<int32_t>());
+  for (const auto& [token, id] : vocab_json.items()) {
+    if (!is_token_id(id)) {
+      fail("{}: vocab entry '{}' has id {}, not an integer in [0, {})", source, token, id.dump(),
+           kMaxTokenIds);
+    }
+    vocab.emplace_back(token, static_cast<int32_t>(id.get<int64_t>()));
+  }
 
   std::vector<std::pair<std::string, std::string>> merges;
   const auto& merges_json = spec.at("merges");

@@ -10,6 +10,7 @@
 #include "text/detokenizer.h"
 #include "text/normalizer.h"
 #include "text/pretokenizer.h"
+#include "text/tokenizer_json.h"
 #include "text/tokenizer_post_processor.h"
 #include "text/utf8.h"
 
@@ -89,7 +90,7 @@ Tokenizer Tokenizer::from_document(const nlohmann::json& document, std::string_v
   if (document.contains("added_tokens")) {
     for (const auto& entry : document.at("added_tokens")) {
       AddedToken token;
-      token.id = entry.at("id").get<int32_t>();
+      token.id = json_token_id(entry.at("id"), "added token id", source);
       token.content = entry.at("content").get<std::string>();
       token.single_word = entry.value("single_word", false);
       token.lstrip = entry.value("lstrip", false);

@@ -14,6 +14,20 @@ std::string pattern_to_regex(const nlohmann::json& pattern, std::string_view sou
   fail("{}: pattern {} is neither String nor Regex", source, pattern.dump());
 }
 
+bool is_token_id(const nlohmann::json& value) {
+  if (value.is_number_unsigned()) return value.get<uint64_t>() < uint64_t{kMaxTokenIds};
+  return value.is_number_integer() && value.get<int64_t>() >= 0 &&
+         value.get<int64_t>() < kMaxTokenIds;
+}
+
+int32_t json_token_id(const nlohmann::json& value, std::string_view what, std::string_view source) {
+  if (!is_token_id(value)) {
+    fail("{}: {} {} is not a token id (an integer in [0, {}))", source, what, value.dump(),
+         kMaxTokenIds);
+  }
+  return static_cast<int32_t>(value.get<int64_t>());
+}
+
 char32_t json_single_char(const nlohmann::json& value, std::string_view field,
                           std::string_view source) {
   const std::string text = value.get<std::string>();

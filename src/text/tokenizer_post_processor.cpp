@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "text/tokenizer_json.h"
 
 namespace dspark {
 
@@ -32,13 +33,15 @@ void PostProcessor::read(const nlohmann::json& spec, std::string_view source) {
              name);
       }
       auto& target = seen_sequence ? after_ : before_;
-      for (const auto& id : special.at(name).at("ids")) target.push_back(id.get<int32_t>());
+      for (const auto& id : special.at(name).at("ids")) {
+        target.push_back(json_token_id(id, "a TemplateProcessing special token id", source));
+      }
     }
     return;
   }
   if (type == "RobertaProcessing" || type == "BertProcessing") {
-    before_.push_back(spec.at("cls").at(1).get<int32_t>());
-    after_.insert(after_.begin(), spec.at("sep").at(1).get<int32_t>());
+    before_.push_back(json_token_id(spec.at("cls").at(1), "the cls token id", source));
+    after_.insert(after_.begin(), json_token_id(spec.at("sep").at(1), "the sep token id", source));
     return;
   }
   fail("{}: unsupported post_processor type '{}'", source, type);

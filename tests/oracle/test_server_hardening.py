@@ -307,6 +307,60 @@ def test_out_of_range_sampling_fields_are_400_naming_the_field(server, field, va
         assert f"'{field}'" in anthropic_error(reply)
 
 
+@pytest.mark.parametrize("route,shape,template,field", [
+    ("/v1/chat/completions", openai_error,
+     '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": %s}', "max_tokens"),
+    ("/v1/messages", anthropic_error,
+     '{"max_tokens": 4, "messages": [{"role": "user", "content": "hi"}], "temperature": %s}',
+     "temperature"),
+    ("/v1/responses", openai_error,
+     '{"input": "hi", "text": {"format": {"type": "json_schema", "name": "s", "schema": '
+     '{"type": "number", "maximum": %s}}}}', "text.format.schema.maximum"),
+])
+def test_a_number_past_a_double_is_400_naming_its_field(server, route, shape, template, field):
+    for literal in ("1e999", "-2.5E+400", "9" * 400):
+        status, _, reply = server.request("POST", route, (template % literal).encode())
+        assert status == 400, reply
+        message = shape(reply)
+        assert f"'{field}' holds the number {literal[:32]}" in message, message
+        assert "too large for a double" in message
+        if shape is openai_error:
+            assert reply["error"]["param"] == field
+    server.assert_alive()
+
+
+BIG = "x" * (1 << 20)
+OVERSIZED_FIELDS = {
+    "chat_template_kwargs": ("/v1/chat/completions", openai_error, {
+        "messages": QUESTION, "chat_template_kwargs": {"x": BIG[:65 << 10]}}),
+    "metadata": ("/v1/messages", anthropic_error, {
+        "max_tokens": 4, "messages": QUESTION, "metadata": {"user_id": BIG[:17 << 10]}}),
+    "tools[0]": ("/v1/messages", anthropic_error, {
+        "max_tokens": 4, "messages": QUESTION,
+        "tools": [{"name": "f", "input_schema": {"type": "object", "description": BIG[:257 << 10]}}]}),
+    "tool_calls.function.arguments": ("/v1/chat/completions", openai_error, {"messages": QUESTION + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function",
+             "function": {"name": "f", "arguments": json.dumps({"text": BIG})}}]}]}),
+    "function_call.arguments": ("/v1/responses", openai_error, {"input": [
+        {"type": "function_call", "call_id": "c1", "name": "f",
+         "arguments": json.dumps({"text": BIG})}, {"role": "user", "content": "hi"}]}),
+    "response_format.json_schema.schema": ("/v1/chat/completions", openai_error, {
+        "messages": QUESTION, "response_format": {"type": "json_schema", "json_schema": {
+            "name": "s", "schema": {"type": "string", "description": BIG[:257 << 10]}}}}),
+}
+
+
+@pytest.mark.parametrize("field", sorted(OVERSIZED_FIELDS))
+def test_an_oversized_nested_field_is_400_naming_it(server, field):
+    route, shape, body = OVERSIZED_FIELDS[field]
+    status, _, reply = server.request("POST", route, body)
+    assert status == 400, reply
+    message = shape(reply)
+    assert message.startswith(f"'{field}' is ") and "bytes; at most" in message, message
+    server.assert_alive()
+
+
 # CORS ---------------------------------------------------------------------------------------------
 
 def test_cors_only_for_loopback_and_listed_origins(server):

@@ -72,6 +72,117 @@ TEST(JsonInput, InvalidUtf8AndNonFiniteNumbersNameTheProblem) {
   EXPECT_EQ(refusal([] { parse_json_input("{\"a\": ", "the body"); }).first, 400);
 }
 
+TEST(JsonInput, NumbersPastADoubleNameTheFieldTheyAreIn) {
+  // nlohmann refuses these itself ("number overflow parsing '1e999'"), naming no field.
+  const auto top = refusal([] { parse_json_input(R"({"max_tokens": 1e999})", "the body"); });
+  EXPECT_EQ(top.first, 400);
+  EXPECT_EQ(top.second, "'max_tokens' holds the number 1e999, which is too large for a double");
+  const auto nested = refusal([] {
+    parse_json_input(R"({"messages": [{"role": "user"}], "response_format": {"json_schema":)"
+                     R"( {"schema": {"type": "number", "maximum": -2E+400}}}})",
+                     "the body");
+  });
+  EXPECT_EQ(nested.second,
+            "'response_format.json_schema.schema.maximum' holds the number -2E+400, which is too "
+            "large for a double");
+  // 400 digits and no exponent overflow too; the message shows only the start of the literal.
+  const auto digits = refusal(
+      [] { parse_json_input(R"({"seed": [1, )" + std::string(400, '9') + "]}", "the body"); });
+  EXPECT_EQ(digits.second, "'seed' holds the number " + std::string(32, '9') +
+                               "..., which is too large for a double");
+  EXPECT_EQ(refusal([] { parse_json_input("[1e999]", "the body"); }).second,
+            "the body holds the number 1e999, which is too large for a double");
+  // In range, underflowing to zero, or inside strings: accepted.
+  EXPECT_NO_THROW(
+      parse_json_input(R"({"a": 1.7e308, "b": 1e-999, "c": "1e999", "d": -0.5})", "the body"));
+  // The key path follows the nesting back out: after an object closes, its parent's key names
+  // what comes next.
+  EXPECT_EQ(refusal([] { parse_json_input(R"({"a": {"b": 1}, "c": [2, 1e999]})", "x"); }).second,
+            "'c' holds the number 1e999, which is too large for a double");
+}
+
+TEST(FieldSizes, NestedFieldsPastTheirCapAreRefusedByName) {
+  const Json question = Json::array({{{"role", "user"}, {"content", "hi"}}});
+  auto big_string = [](size_t bytes) { return std::string(bytes, 'x'); };
+  auto refused_field = [](const std::function<void()>& parse) {
+    try {
+      parse();
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 400);
+      EXPECT_NE(std::string(e.what()).find("bytes; at most"), std::string::npos) << e.what();
+      return e.param();
+    }
+    return std::string("(accepted)");
+  };
+  Json chat = {{"messages", question},
+               {"chat_template_kwargs", {{"x", big_string(kMaxTemplateKwargsBytes)}}}};
+  EXPECT_EQ(refused_field([&] { openai::parse_chat(chat); }), "chat_template_kwargs");
+  EXPECT_EQ(refused_field([&] { anthropic::parse_messages(chat); }), "chat_template_kwargs");
+  chat["chat_template_kwargs"] = {{"x", big_string(kMaxTemplateKwargsBytes - 100)}};
+  EXPECT_EQ(refused_field([&] { openai::parse_chat(chat); }), "(accepted)");
+
+  const Json schema = {{"type", "object"}, {"description", big_string(kMaxToolBytes)}};
+  const Json openai_tools = {
+      {"messages", question},
+      {"tools", {{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", schema}}}}}}};
+  EXPECT_EQ(refused_field([&] { openai::parse_chat(openai_tools); }), "tools[0]");
+  const Json anthropic_tools = {{"messages", question},
+                                {"tools",
+                                 {{{"name", "g"}, {"input_schema", {{"type", "object"}}}},
+                                  {{"name", "f"}, {"input_schema", schema}}}}};
+  EXPECT_EQ(refused_field([&] { anthropic::parse_messages(anthropic_tools); }), "tools[1]");
+  Json many_tools = {{"input", "hi"}, {"tools", Json::array()}};
+  for (int i = 0; i < 5; ++i) {
+    many_tools["tools"].push_back(
+        {{"type", "function"}, {"name", "f"}, {"description", big_string(kMaxToolsBytes / 5)}});
+  }
+  EXPECT_EQ(refused_field([&] { responses::parse(many_tools); }), "tools");
+
+  const Json call_arguments = {
+      {"messages",
+       {{{"role", "user"}, {"content", "hi"}},
+        {{"role", "assistant"},
+         {"tool_calls",
+          {{{"type", "function"},
+            {"function",
+             {{"name", "f"},
+              {"arguments", "\"" + big_string(kMaxToolArgumentsBytes) + "\""}}}}}}}}}};
+  EXPECT_EQ(refused_field([&] { openai::parse_chat(call_arguments); }),
+            "tool_calls.function.arguments");
+  const Json tool_use = {{"messages",
+                          {{{"role", "user"}, {"content", "hi"}},
+                           {{"role", "assistant"},
+                            {"content",
+                             {{{"type", "tool_use"},
+                               {"name", "f"},
+                               {"input", {{"text", big_string(kMaxToolArgumentsBytes)}}}}}}}}}};
+  EXPECT_EQ(refused_field([&] { anthropic::parse_messages(tool_use); }), "tool_use.input");
+  const Json function_call = {{"input",
+                               {{{"type", "function_call"},
+                                 {"name", "f"},
+                                 {"arguments", big_string(kMaxToolArgumentsBytes + 1)}},
+                                {{"role", "user"}, {"content", "hi"}}}}};
+  EXPECT_EQ(refused_field([&] { responses::parse(function_call); }), "function_call.arguments");
+
+  const Json metadata = {{"messages", question},
+                         {"input", "hi"},
+                         {"metadata", {{"user_id", big_string(kMaxMetadataBytes)}}}};
+  EXPECT_EQ(refused_field([&] { openai::parse_chat(metadata); }), "metadata");
+  EXPECT_EQ(refused_field([&] { anthropic::parse_messages(metadata); }), "metadata");
+  EXPECT_EQ(refused_field([&] { responses::parse(metadata); }), "metadata");
+
+  const Json format = {
+      {"messages", question},
+      {"response_format",
+       {{"type", "json_schema"},
+        {"json_schema",
+         {{"name", "s"},
+          {"schema",
+           {{"type", "string"}, {"description", big_string(kMaxResponseSchemaBytes)}}}}}}}};
+  EXPECT_EQ(refused_field([&] { openai::parse_chat(format); }),
+            "response_format.json_schema.schema");
+}
+
 TEST(JsonInput, DumpReplacesInvalidUtf8InsteadOfThrowing) {
   const Json value = {{"piece", std::string("\xe2\x82")}};
   EXPECT_THROW((void)value.dump(), nlohmann::json::type_error);
