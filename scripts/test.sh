@@ -68,7 +68,7 @@ asan_tests() {
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ \
     -DCMAKE_CXX_FLAGS_DEBUG="-O1 -gline-tables-only" -DDSPARK_SANITIZE=ON -DDSPARK_BUILD_BENCH=OFF \
     -DDSPARK_VENV="$venv" -DCMAKE_CXX_COMPILER_LAUNCHER=ccache >/dev/null &&
-    cmake --build build-asan -j"$jobs" &&
+    cmake --build build-asan -j"$jobs" --target unit_test_programs &&
     ASAN_OPTIONS=detect_leaks=1 ctest_in build-asan -L unit \
       -E 'DefaultModel|^fp32[.]|FollowTheTargetWithAWrongDrafter|SampledTokensFollowTheRestricted'
 }
