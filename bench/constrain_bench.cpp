@@ -1,7 +1,7 @@
 // Cost of constrained decoding per generated token: the logit mask of a JSON grammar over a real
 // vocabulary. SmolLM2 (49152 ids, the default model) and Qwen3 (151669 ids, the size class of
-// Nemotron's 131072) from the test fixtures (tests/fixtures/public); DSPARK_CONSTRAIN_TOKENIZER=<tokenizer.json> adds
-// one more ("custom").
+// Nemotron's 131072) from the test fixtures (tests/fixtures/public);
+// DSPARK_CONSTRAIN_TOKENIZER=<tokenizer.json> adds one more ("custom").
 //
 //   constrain_bench --benchmark_filter=Cold
 //
