@@ -215,7 +215,10 @@ DrafterPackaging detect_drafter_packaging(const json& c, const std::string& sour
     return DrafterPackaging::speculators;
   }
   const json* dflash = object_field(c, "dflash_config");
-  if (dflash != nullptr && dflash->value("projector_type", std::string()) == "dspark") {
+  // Compared as JSON: a projector_type of another type is simply not SpecForge's (value() would
+  // throw on it; found by fuzz_model_config).
+  if (dflash != nullptr && dflash->contains("projector_type") &&
+      dflash->at("projector_type") == "dspark") {
     return DrafterPackaging::specforge;
   }
   if (!c.contains("block_size")) {
