@@ -192,6 +192,17 @@ void refuse_rope_scaling(const ConfigReader& r, const char* key) {
   }
 }
 
+// A wrong-typed field read with json::value() throws nlohmann's type_error; at the loader's entry
+// points it becomes an error naming the drafter's config (found by fuzz_model_config).
+template <class Read>
+auto naming_json_errors(const std::string& source, Read&& read) {
+  try {
+    return read();
+  } catch (const json::exception& e) {
+    fail("{}: drafter config: {}", source, e.what());
+  }
+}
+
 }  // namespace
 
 const char* drafter_packaging_name(DrafterPackaging packaging) {
@@ -210,7 +221,8 @@ const char* drafter_packaging_name(DrafterPackaging packaging) {
   return "?";
 }
 
-DrafterPackaging detect_drafter_packaging(const json& c, const std::string& source) {
+static DrafterPackaging detect_drafter_packaging_unchecked(const json& c,
+                                                           const std::string& source) {
   if (c.contains("speculators_config") || c.contains("speculators_model_type")) {
     return DrafterPackaging::speculators;
   }
@@ -252,7 +264,11 @@ DrafterPackaging detect_drafter_packaging(const json& c, const std::string& sour
       source, arch);
 }
 
-DSparkConfig read_dspark_config(const json& raw, const std::string& source) {
+DrafterPackaging detect_drafter_packaging(const json& c, const std::string& source) {
+  return naming_json_errors(source, [&] { return detect_drafter_packaging_unchecked(c, source); });
+}
+
+static DSparkConfig read_dspark_config_unchecked(const json& raw, const std::string& source) {
   DSparkConfig d;
   d.packaging = detect_drafter_packaging(raw, source);
   json c = raw;
@@ -367,7 +383,11 @@ DSparkConfig read_dspark_config(const json& raw, const std::string& source) {
   return d;
 }
 
-DFlashConfig read_dflash_config(const json& c, const std::string& source) {
+DSparkConfig read_dspark_config(const json& raw, const std::string& source) {
+  return naming_json_errors(source, [&] { return read_dspark_config_unchecked(raw, source); });
+}
+
+static DFlashConfig read_dflash_config_unchecked(const json& c, const std::string& source) {
   if (detect_drafter_packaging(c, source) != DrafterPackaging::dflash) {
     fail("{}: not a z-lab DFlash drafter (architectures '{}')", source, architectures(c));
   }
@@ -423,6 +443,10 @@ DFlashConfig read_dflash_config(const json& c, const std::string& source) {
         static_cast<float>(bounded_number(*cap, "final_logit_softcapping", 0.0, 1e6, source));
   }
   return d;
+}
+
+DFlashConfig read_dflash_config(const json& c, const std::string& source) {
+  return naming_json_errors(source, [&] { return read_dflash_config_unchecked(c, source); });
 }
 
 void check_taps_in_target(const BackboneConfig& config, const Model& target,
