@@ -6,10 +6,10 @@
 // ": " between a key and its value, no other whitespace. Fixing the layout keeps every constrained
 // answer in one canonical form and spends no tokens on free whitespace. Strings must be valid
 // UTF-8 (a token may end inside a multi-byte character).
-#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <string_view>
@@ -32,8 +32,9 @@ std::shared_ptr<const Grammar> json_object_grammar();
 // in the schema's size (bounded counts such as maxLength unroll into at most 1000 rules each).
 struct CompileBudget {
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
-  // Polled during compilation; set it (from another thread) to abandon the compile.
-  const std::atomic<bool>* cancelled = nullptr;
+  // Polled during compilation (a server passes "the client left or the server is stopping");
+  // once it returns true the compile is abandoned.
+  std::function<bool()> cancelled;
   // Levels of nested schemas (properties, items, anyOf branches, $ref targets...).
   int max_depth = 64;
   // Grammar rules the schema may unroll into.

@@ -273,7 +273,7 @@ class SchemaCompiler {
       fail("JSON schema grammar size limit: the schema unrolls into more than {} rules",
            budget_.max_rules);
     }
-    if (budget_.cancelled != nullptr && budget_.cancelled->load(std::memory_order_relaxed)) {
+    if (budget_.cancelled && budget_.cancelled()) {
       fail("JSON schema compilation was cancelled");
     }
     if (std::chrono::steady_clock::now() > budget_.deadline) {

@@ -236,7 +236,8 @@ AnswerPrefixConfig forced_tool_call(const ChatRequest& request,
 }  // namespace
 
 AnswerConstraintConfig Engine::answer_constraint(const ChatRequest& request,
-                                                 const PreparedPrompt& prompt) {
+                                                 const PreparedPrompt& prompt,
+                                                 const std::function<bool()>& abandoned) {
   AnswerConstraintConfig config;
   const ResponseFormat& format = request.response_format;
   if (format.kind == ResponseFormat::Kind::text) return config;
@@ -246,9 +247,12 @@ AnswerConstraintConfig Engine::answer_constraint(const ChatRequest& request,
   }
   std::shared_ptr<const constrain::Grammar> grammar;
   try {
-    grammar = format.kind == ResponseFormat::Kind::json_object ? constrain::json_object_grammar()
-                                                               : schema_grammar(format.schema);
+    grammar = format.kind == ResponseFormat::Kind::json_object
+                  ? constrain::json_object_grammar()
+                  : schema_grammar(format.schema, abandoned);
   } catch (const Error& e) {
+    if (abandoned && abandoned())
+      throw ApiError(503, "the request was abandoned while its schema compiled");
     throw ApiError(400, fmt::format("response_format: {}", e.what()), "", "response_format");
   }
   std::call_once(vocabulary_once_, [&] {
@@ -265,7 +269,7 @@ AnswerConstraintConfig Engine::answer_constraint(const ChatRequest& request,
 }
 
 std::shared_ptr<const constrain::Grammar> Engine::schema_grammar(
-    const nlohmann::ordered_json& schema) {
+    const nlohmann::ordered_json& schema, const std::function<bool()>& abandoned) {
   // Few enough that even schemas at the compile budget's rule cap stay affordable.
   constexpr size_t kMaxCachedGrammars = 16;
   const std::string key = dump_json(schema);
@@ -275,7 +279,10 @@ std::shared_ptr<const constrain::Grammar> Engine::schema_grammar(
     if (found != grammars_.end()) return found->second;
   }
   // Compiled outside the lock: a compile may run up to its deadline.
-  std::shared_ptr<const constrain::Grammar> grammar = constrain::json_schema_grammar(schema);
+  constrain::CompileBudget budget = constrain::default_compile_budget();
+  budget.cancelled = abandoned;
+  std::shared_ptr<const constrain::Grammar> grammar =
+      constrain::json_schema_grammar(schema, budget);
   std::lock_guard lock(grammars_mutex_);
   if (grammars_.size() >= kMaxCachedGrammars) grammars_.clear();
   grammars_.emplace(key, grammar);
@@ -307,7 +314,8 @@ nlohmann::json Engine::health() const {
           {"reasoning_budget_message", options_.reasoning_budget_message}};
 }
 
-std::shared_ptr<Job> Engine::submit(ChatRequest request, PreparedPrompt prompt) {
+std::shared_ptr<Job> Engine::submit(ChatRequest request, PreparedPrompt prompt,
+                                    const std::function<bool()>& abandoned) {
   auto job = std::make_shared<Job>();
   job->arrival = now_seconds();
   job->config = generation_config(request, static_cast<int64_t>(prompt.ids.size()));
@@ -316,7 +324,7 @@ std::shared_ptr<Job> Engine::submit(ChatRequest request, PreparedPrompt prompt) 
       prompt.parser.reasoning, prompt.parser.starts_in_reasoning, *bundle_->tokenizer,
       bundle_->eos_ids);
   job->config.answer_prefix = forced_tool_call(request, prompt.parser, *bundle_->tokenizer);
-  job->config.answer_constraint = answer_constraint(request, prompt);
+  job->config.answer_constraint = answer_constraint(request, prompt, abandoned);
   job->request = std::move(request);
   job->prompt = std::move(prompt);
   {

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -94,8 +95,11 @@ class Engine {
 
   // Renders and tokenizes; throws ApiError for requests the template or the context refuse.
   PreparedPrompt prepare(const ChatRequest& request) const;
-  // Queues a prepared request; throws ApiError 429 when the queue is full.
-  std::shared_ptr<Job> submit(ChatRequest request, PreparedPrompt prompt);
+  // Queues a prepared request; throws ApiError 429 when the queue is full. `abandoned` (the client
+  // left, the server is stopping) is polled while a response_format schema compiles, which
+  // then ends with ApiError 503.
+  std::shared_ptr<Job> submit(ChatRequest request, PreparedPrompt prompt,
+                              const std::function<bool()>& abandoned = {});
   // Stops taking work, cancels queued and running jobs, joins the worker.
   void shutdown();
 
@@ -115,9 +119,10 @@ class Engine {
   void worker();
   void run(Job& job);
   GenerationConfig generation_config(const ChatRequest& request, int64_t prompt_tokens) const;
-  AnswerConstraintConfig answer_constraint(const ChatRequest& request,
-                                           const PreparedPrompt& prompt);
-  std::shared_ptr<const constrain::Grammar> schema_grammar(const nlohmann::ordered_json& schema);
+  AnswerConstraintConfig answer_constraint(const ChatRequest& request, const PreparedPrompt& prompt,
+                                           const std::function<bool()>& abandoned);
+  std::shared_ptr<const constrain::Grammar> schema_grammar(const nlohmann::ordered_json& schema,
+                                                           const std::function<bool()>& abandoned);
   void publish_queue();
 
   std::unique_ptr<ModelBundle> bundle_;

@@ -240,7 +240,7 @@ struct Server::Impl {
   }
 
   void log_request(const std::string& id, const std::string& endpoint, int status, const Job* job,
-                   const GenerationSummary* summary, double start) {
+                   const GenerationSummary* summary, double start, std::string_view error = {}) {
     RequestRecord record;
     record.endpoint = endpoint;
     record.status = status;
@@ -251,6 +251,7 @@ struct Server::Impl {
                  {"endpoint", endpoint},
                  {"status", status},
                  {"total_ms", std::lround((now - start) * 1000)}};
+    if (!error.empty()) line["error"] = error;
     if (job) {
       line["model"] = job->request.model;
       if (job->started >= 0) {
@@ -315,6 +316,9 @@ struct Server::Impl {
     res.set_header("x-request-id", request_id);
     std::shared_ptr<Engine> engine = current_engine();
     std::shared_ptr<Job> job;
+    constexpr int kNotLookedUp = -2;
+    int fd = kNotLookedUp;
+    bool client_left = false;
     try {
       if (draining) throw ApiError(503, "the server is shutting down");
       if (!engine) throw ApiError(503, "Loading model");
@@ -343,23 +347,36 @@ struct Server::Impl {
         log_request(request_id, req.path, 200, nullptr, nullptr, start);
         return;
       }
-      job = engine->submit(std::move(request), std::move(prompt));
+      // A schema compile can take seconds; it stops once the client leaves or a shutdown
+      // begins. The socket is looked at every 20 ms at most.
+      double next_look = 0.0;
+      auto abandoned = [&] {
+        if (draining) return true;
+        const double now = now_seconds();
+        if (!client_left && now >= next_look) {
+          if (fd == kNotLookedUp) fd = find_client_socket(req, port);
+          next_look = now + 0.02;
+          client_left = client_gone(fd);
+        }
+        return client_left;
+      };
+      job = engine->submit(std::move(request), std::move(prompt), abandoned);
     } catch (const ApiError& e) {
       send_error(res, dialect, e);
-      log_request(request_id, req.path, e.status(), nullptr, nullptr, start);
+      log_request(request_id, req.path, client_left ? 499 : e.status(), nullptr, nullptr, start,
+                  e.what());
       return;
     } catch (const nlohmann::json::exception& e) {
       send_error(res, dialect, ApiError(400, fmt::format("invalid request: {}", e.what())));
       log_request(request_id, req.path, 400, nullptr, nullptr, start);
       return;
     }
-    const int fd = find_client_socket(req, port);
+    if (fd == kNotLookedUp) fd = find_client_socket(req, port);
     if (!job->request.stream) return respond(req, res, route, job, id, request_id, fd, start);
     // A stream's 200 goes out with its first frame, so it waits a while for the worker to take
     // the job up: a job cut while still queued (a shutdown) can then answer 503, which clients
     // retry. Past the keep-alive interval the stream starts anyway, to keep idle-timing proxies
     // in between from dropping it; a cut then ends it with an error event.
-    bool client_left = false;
     const double stream_by = now_seconds() + owner.options_.keepalive_seconds;
     while (!job->wait_picked_up(std::chrono::milliseconds(100)) && now_seconds() < stream_by) {
       if (client_gone(fd)) {
@@ -626,7 +643,7 @@ struct Server::Impl {
   httplib::Server::HandlerResponse refuse(const httplib::Request& req, httplib::Response& res,
                                           const ApiError& error) {
     send_error(res, dialect_of_path(req.path), error);
-    log_request("", req.path, error.status(), nullptr, nullptr, now_seconds());
+    log_request("", req.path, error.status(), nullptr, nullptr, now_seconds(), error.what());
     return httplib::Server::HandlerResponse::Handled;
   }
 

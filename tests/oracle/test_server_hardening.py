@@ -642,3 +642,54 @@ def test_sigterm_exits_at_once_despite_idle_and_half_sent_connections(smollm2):
         half.close()
     finally:
         s.stop()
+
+
+def slow_schema_body(prefix):
+    """A chat request whose schema takes seconds to compile: each of 190 properties unrolls its
+    maxLength into 1000 rules, just under the compile's rule cap. `prefix` keeps the schema out
+    of the server's grammar cache."""
+    names = [f"{prefix}{i}" for i in range(190)]
+    schema = {"type": "object", "required": names,
+              "properties": {name: {"type": "string", "maxLength": 1000} for name in names}}
+    return {"messages": QUESTION, "max_tokens": 1,
+            "response_format": {"type": "json_schema",
+                                "json_schema": {"name": "wide", "schema": schema}}}
+
+
+ABANDONED = "the request was abandoned while its schema compiled"
+
+
+def test_a_schema_compile_stops_when_the_client_leaves(server):
+    body = json.dumps(slow_schema_body(f"left{time.time_ns()}_")).encode()
+    with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+                     + body)
+        time.sleep(0.3)  # the compile is under way, far from its end
+    deadline = time.time() + 60
+    logged = []
+    while not logged and time.time() < deadline:
+        logged = [json.loads(line) for line in server.output().splitlines()
+                  if ABANDONED in line]
+        time.sleep(0.05)
+    # 499: the client closed the request (nginx's status), logged without a job ever queued.
+    assert logged and logged[0]["status"] == 499, logged
+    assert "finish" not in logged[0]
+    server.assert_alive()
+
+
+def test_sigterm_during_a_schema_compile_answers_503_at_once(smollm2):
+    s = Serve(smollm2, "--shutdown-grace", "30")
+    try:
+        worker = run_in_thread(lambda: s.request("POST", "/v1/chat/completions",
+                                                 slow_schema_body("term")))
+        time.sleep(0.3)
+        s.proc.send_signal(signal.SIGTERM)
+        worker[0].join(timeout=60)
+        status, _, body = worker[1]["value"]
+        # Cut where it stood, not compiled to the end and then refused by the stopped engine.
+        assert status == 503, body
+        assert ABANDONED in openai_error(body)
+        assert s.proc.wait(timeout=30) == 0
+    finally:
+        s.stop()
