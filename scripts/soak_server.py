@@ -279,6 +279,23 @@ def rss_kib(pid):
     raise RuntimeError("no VmRSS")
 
 
+def rss_breakdown(pid):
+    """Resident KiB by kind of mapping: the mapped model files, the main heap, other anonymous
+    memory (malloc arenas of the connection threads, large allocations), stacks."""
+    kinds = collections.Counter()
+    kind = "anonymous"
+    for line in pathlib.Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        fields = line.split()
+        if fields and "-" in fields[0] and len(fields) >= 5:
+            name = fields[5] if len(fields) > 5 else ""
+            kind = ("files" if name.startswith("/") else "heap" if name == "[heap]"
+                    else "stacks" if name.startswith("[stack") else
+                    "anonymous" if not name else "other")
+        elif fields and fields[0] == "Rss:":
+            kinds[kind] += int(fields[1])
+    return ", ".join(f"{kind} {kib / 1024:.1f}" for kind, kib in sorted(kinds.items()))
+
+
 class Tally:
     def __init__(self):
         self.lock = threading.Lock()
@@ -353,13 +370,15 @@ def main():
     parser.add_argument("--grace", type=float, default=5)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--warmup-seconds", type=float, default=60)
+    parser.add_argument("--server-arg", action="append", default=[],
+                        help="one more argument for dspark serve (repeatable)")
     args = parser.parse_args()
 
     port = free_port()
     log = tempfile.NamedTemporaryFile("w+", prefix="soak-serve-", suffix=".log", delete=False)
     server = subprocess.Popen(
         [args.binary, "serve", "--model", args.model, "--port", str(port), "--threads",
-         str(args.threads), "--shutdown-grace", str(args.grace), "--no-log"],
+         str(args.threads), "--shutdown-grace", str(args.grace), "--no-log", *args.server_arg],
         stdout=log, stderr=subprocess.STDOUT)
     print(f"soak: dspark serve pid {server.pid} on 127.0.0.1:{port}, log {log.name}", flush=True)
     deadline = time.time() + 120
@@ -388,6 +407,7 @@ def main():
         thread.start()
     time.sleep(args.warmup_seconds)
     rss_start = rss_kib(server.pid)
+    breakdown_start = rss_breakdown(server.pid)
     tallies.append(tally)
     probe.start()
     print(f"soak: warm-up done ({sum(warm.counts.values())} requests, lost {len(warm.lost)}), "
@@ -405,6 +425,9 @@ def main():
               f"lost {len(tally.lost)}, RSS {rss_kib(server.pid) / 1024:.1f} MiB", flush=True)
 
     rss_end = rss_kib(server.pid) if died is None else 0
+    if died is None:
+        print(f"soak: RSS by kind (MiB) at the start: {breakdown_start}; at the end: "
+              f"{rss_breakdown(server.pid)}", flush=True)
     # Shutdown: the clients start nothing new; what they have in flight, and long streams opened
     # just before, must end honestly (complete, or an error status / event) once SIGTERM lands.
     stop.set()

@@ -4,6 +4,7 @@
 // --shutdown-grace seconds (a second signal cuts the wait short), then what is left is cancelled
 // with honest endings (503, or an error event in a stream) and the process exits.
 #include <fmt/format.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 
@@ -71,6 +72,10 @@ void run_serve(const ServeOptions& options) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
+  // glibc gives threads their own malloc arenas (up to 8 per core), and each arena keeps the
+  // high-water mark of the requests its connection threads served, so RSS crept up with uptime
+  // (+8 % in a 5-minute soak). The connection threads allocate little; two arenas serve them.
+  mallopt(M_ARENA_MAX, 2);
   if (options.threads > 0) set_default_threads(options.threads);
   server::EngineOptions engine_options;
   cap_options(options.decode);  // a bad --max-draft fails before the server listens

@@ -219,6 +219,10 @@ struct Server::Impl {
   // Generation requests being handled, streams until their last byte is written: a shutdown
   // waits (briefly) for them to send their endings before it stops listening.
   std::atomic<int> active{0};
+  // Generation responses whose handler returned but whose bytes httplib has not written yet: it
+  // writes the headers and the body of a plain response after the handler, and a shutdown that
+  // closed the sockets in between would cut the body.
+  std::atomic<int> unwritten{0};
 
   // Counts one request in `active` for as long as it lives.
   struct ActiveRequest {
@@ -314,6 +318,7 @@ struct Server::Impl {
     const std::string request_id = random_id("req_");
     res.set_header("request-id", request_id);
     res.set_header("x-request-id", request_id);
+    ++unwritten;  // until the logger sees this response written (setup)
     std::shared_ptr<Engine> engine = current_engine();
     std::shared_ptr<Job> job;
     constexpr int kNotLookedUp = -2;
@@ -710,6 +715,11 @@ struct Server::Impl {
     http.set_keep_alive_max_count(1000);
     // httplib's default sets SO_REUSEPORT, which lets a second server bind the same busy port
     // and share its connections; SO_REUSEADDR alone only allows rebinding past TIME_WAIT.
+    // httplib calls its logger once a response is written (or its write failed): a generation
+    // response, the one kind carrying x-request-id, is then no longer in flight.
+    http.set_logger([this](const httplib::Request&, const httplib::Response& res) {
+      if (res.has_header("x-request-id")) --unwritten;
+    });
     http.set_socket_options([](socket_t sock) {
       const int yes = 1;
       setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
@@ -866,7 +876,7 @@ void Server::shutdown(double grace_seconds, const std::function<bool()>& hurry) 
   // Cancels what is left; each handler notices within its 100 ms wait and sends a cut answer.
   if (engine) engine->shutdown();
   const double flush_deadline = now_seconds() + 0.5;
-  while (impl_->active > 0 && now_seconds() < flush_deadline) {
+  while ((impl_->active > 0 || impl_->unwritten > 0) && now_seconds() < flush_deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   impl_->http.stop();
