@@ -59,7 +59,7 @@ def dspark_generate(binary, prompt, new_tokens, threads):
     out = subprocess.run(
         [binary, "generate", "--model", str(MODEL_DIR), "--no-chat-template", "--ignore-eos",
          "--mode", "baseline", "--max-tokens", str(new_tokens), "--threads", str(threads),
-         "--prompt", prompt], capture_output=True, text=True, check=True).stdout
+         "--prompt", prompt], capture_output=True, text=True, check=True).stderr
     prefill = re.search(r"Prompt: (\d+) tokens, ([\d.]+) tokens-per-sec", out)
     decode = re.search(r"Generation: (\d+) tokens, ([\d.]+) tokens-per-sec", out)
     return int(prefill[1]), float(prefill[2]), float(decode[2])
