@@ -1,8 +1,10 @@
 // dspark_tool_generate <model dir> <requests.json> <out.json>
 // requests.json: {"max_tokens": N, "prompts": [[ids...], ...]}. Greedy-decodes each prompt with
-// dspark's plain decoding and writes {"outputs": [{"tokens": [...], "margins": [...]}]}, where
-// margins[i] is the gap between the best and second-best logit at step i (to tell near-ties from
-// real disagreements when comparing against other engines).
+// dspark's plain decoding and writes {"outputs": [{"tokens": [...], "margins": [...],
+// "logprobs": [...]}]}, where margins[i] is the gap between the best and second-best logit at step
+// i (to tell near-ties from real disagreements when comparing against other engines) and
+// logprobs[i] the chosen token's log-probability, a log-softmax over every logit: null (NaN) or
+// infinite when any logit of the step is not finite.
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -23,19 +25,21 @@ int main(int argc, char** argv) {
     dspark::GenerationConfig config;
     config.max_tokens = requests.at("max_tokens").get<int64_t>();
     config.sampling.top_logprobs = 2;
+    config.logprobs = true;
     nlohmann::json outputs = nlohmann::json::array();
     dspark::Generator generator(*model);
     for (const auto& prompt : requests.at("prompts")) {
       const auto ids = prompt.get<std::vector<int32_t>>();
       dspark::ModelState state = model->new_state();
-      nlohmann::json margins = nlohmann::json::array();
+      nlohmann::json margins = nlohmann::json::array(), logprobs = nlohmann::json::array();
       auto result = generator.generate(ids, state, config, [&](const dspark::CommittedToken& t) {
         margins.push_back(t.alternatives.size() == 2
                               ? t.alternatives[0].logprob - t.alternatives[1].logprob
                               : 0.0f);
+        logprobs.push_back(t.logprob);
         return true;
       });
-      outputs.push_back({{"tokens", result.tokens}, {"margins", margins}});
+      outputs.push_back({{"tokens", result.tokens}, {"margins", margins}, {"logprobs", logprobs}});
     }
     std::ofstream(argv[3]) << nlohmann::json{{"outputs", outputs}}.dump();
     return 0;
