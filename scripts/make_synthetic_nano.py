@@ -10,7 +10,7 @@ embedding / lm_head shard and a shard index, as mlx-lm writes large checkpoints.
 meant to produce sensible text, but the numbers are shaped so that a long decode stays finite and
 routes like a trained model (see `router` and `mamba_dt_bias`).
 
-    make_synthetic_nano.py OUT_DIR [LAYERS] [--bits 4|6]
+    make_synthetic_nano.py OUT_DIR [LAYERS] [--bits 4|6] [--dspark-head]
 
 Memory stays bounded (one chunk of one tensor at a time). The run is resumable: each shard is
 written under a temporary name and renamed when complete, and a shard whose header carries the
@@ -33,7 +33,7 @@ import numpy as np
 TOKENIZER = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "nemotron-tiny"
 
 NANO_PATTERN = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"
-RECIPE_VERSION = 2
+RECIPE_VERSION = 3
 SEED = 1234
 H, V = 2688, 131072
 MAMBA_HEADS, MAMBA_HEAD_DIM, GROUPS, STATE, KERNEL = 64, 64, 8, 128, 4
@@ -156,11 +156,36 @@ def random_words(rng, shape):
         yield rng.integers(0, 2**32, (min(step, rows - first), words), dtype=np.uint32)
 
 
-def add_quantized(shard, rng, bits, path, out, cols, experts=None):
+def balanced_words(rng, shape, bits):
+    """Packed codes whose every group dequantizes to weights summing to zero.
+
+    The codes come in blocks of 2n (one word of 8 codes at 4 bits, three words of 16 at 6): the
+    second half of a block is the bitwise complement of the first, so code k + n = 2^bits - 1 -
+    code k and each block's weights cancel in pairs. A down projection fed relu² activations
+    (all ≥ 0, mean > 0) then adds no fixed direction to the residual stream: with uniform codes
+    every token's hidden state shares that direction, and the routers downstream all pick the
+    same few experts.
+    """
+    for chunk in random_words(rng, shape):
+        if bits == 4:
+            half = chunk & 0xFFFF
+            yield half | ((~half & 0xFFFF) << 16)
+        else:
+            blocks = chunk.reshape(chunk.shape[0], -1, 3).astype(np.uint64)
+            half = blocks[..., 0] | ((blocks[..., 1] & 0xFFFF) << 32)  # codes 0..7: 48 bits
+            rest = ~half & 0xFFFFFFFFFFFF  # codes 8..15
+            words = np.stack([half & 0xFFFFFFFF,
+                              (half >> 32) | ((rest & 0xFFFF) << 16),
+                              rest >> 16], axis=-1)
+            yield words.astype(np.uint32).reshape(chunk.shape)
+
+
+def add_quantized(shard, rng, bits, path, out, cols, experts=None, balanced=False):
     lead = [experts] if experts else []
     words, groups = cols * bits // 32, cols // GROUP
+    make = balanced_words if balanced else lambda rng, shape, bits: random_words(rng, shape)
     shard.add(f"{path}.weight", "U32", lead + [out, words],
-              lambda: random_words(rng, lead + [out, words]))
+              lambda: make(rng, lead + [out, words], bits))
     # Codes 0..2^bits-1 spread the weights uniformly over ±amplitude (variance 1/cols · 0.96, so a
     # product keeps its input's scale): scale = 2·amplitude / (2^bits - 1), bias = -amplitude.
     amplitude = 1.7 / np.sqrt(cols)
@@ -226,9 +251,10 @@ def layer_shard(rng, bits, index, kind):
         add_dense(s, f"{m}.gate.e_score_correction_bias", "F32", [EXPERTS],
                   lambda: rng.normal(0, 0.05, EXPERTS))
         add_quantized(s, rng, bits, f"{m}.switch_mlp.fc1", EXPERT_WIDTH, H, EXPERTS)
-        add_quantized(s, rng, bits, f"{m}.switch_mlp.fc2", H, EXPERT_WIDTH, EXPERTS)
+        add_quantized(s, rng, bits, f"{m}.switch_mlp.fc2", H, EXPERT_WIDTH, EXPERTS, balanced=True)
         add_quantized(s, rng, bits, f"{m}.shared_experts.up_proj", SHARED_WIDTH, H)
-        add_quantized(s, rng, bits, f"{m}.shared_experts.down_proj", H, SHARED_WIDTH)
+        add_quantized(s, rng, bits, f"{m}.shared_experts.down_proj", H, SHARED_WIDTH,
+                      balanced=True)
     else:
         raise ValueError(f"layer kind {kind!r} is not in Nano's pattern")
     return s
@@ -240,6 +266,108 @@ def top_shard(rng, bits):
     add_quantized(s, rng, bits, "lm_head", V, H)
     add_dense(s, "backbone.norm_f.weight", "BF16", [H], lambda: np.ones(H))
     return s
+
+
+# The DSpark head of Nemotron-3.5-Lightning (docs/speculative.md §11.10): published are the causal
+# block of 8 drafting from slot 1, the 1024-token sliding window, per-head attention sinks, Markov
+# rank 512, its own embedding and the target's lm_head. Not published here, so assumed: the layer
+# count, the attention and MLP widths and the taps below.
+HEAD_LAYERS, HEAD_HEADS, HEAD_KV_HEADS, HEAD_HEAD_DIM, HEAD_INTERMEDIATE = 2, 32, 4, 128, 8192
+HEAD_TAPS, HEAD_BLOCK, HEAD_WINDOW, HEAD_RANK, HEAD_MASK = [1, 25, 49], 8, 1024, 512, V - 1
+
+
+def normal_chunks(rng, shape, scale):
+    """bf16 Normal(0, scale) values, CHUNK_BYTES of float32 at a time along the leading rows."""
+    rows, cols = int(np.prod(shape[:-1])), shape[-1]
+    step = max(1, CHUNK_BYTES // (4 * cols))
+    for first in range(0, rows, step):
+        yield bf16(rng.normal(0, scale, (min(step, rows - first), cols)))
+
+
+def head_shard(rng):
+    s = Shard()
+
+    def matrix(name, out, cols):
+        s.add(name, "BF16", [out, cols], lambda: normal_chunks(rng, [out, cols], 1 / np.sqrt(cols)))
+
+    def ones(name, n):
+        add_dense(s, name, "BF16", [n], lambda: np.ones(n))
+
+    s.add("embed_tokens.weight", "BF16", [V, H], lambda: normal_chunks(rng, [V, H], 1.0))
+    matrix("fc.weight", H, len(HEAD_TAPS) * H)
+    ones("hidden_norm.weight", H)
+    ones("norm.weight", H)
+    q, kv = HEAD_HEADS * HEAD_HEAD_DIM, HEAD_KV_HEADS * HEAD_HEAD_DIM
+    for i in range(HEAD_LAYERS):
+        p = f"layers.{i}"
+        ones(f"{p}.input_layernorm.weight", H)
+        ones(f"{p}.post_attention_layernorm.weight", H)
+        matrix(f"{p}.self_attn.q_proj.weight", q, H)
+        matrix(f"{p}.self_attn.k_proj.weight", kv, H)
+        matrix(f"{p}.self_attn.v_proj.weight", kv, H)
+        matrix(f"{p}.self_attn.o_proj.weight", H, q)
+        ones(f"{p}.self_attn.q_norm.weight", HEAD_HEAD_DIM)
+        ones(f"{p}.self_attn.k_norm.weight", HEAD_HEAD_DIM)
+        add_dense(s, f"{p}.self_attn.attention_sink_bias", "BF16", [HEAD_HEADS],
+                  lambda: rng.normal(0, 1, HEAD_HEADS))
+        matrix(f"{p}.mlp.gate_proj.weight", HEAD_INTERMEDIATE, H)
+        matrix(f"{p}.mlp.up_proj.weight", HEAD_INTERMEDIATE, H)
+        matrix(f"{p}.mlp.down_proj.weight", H, HEAD_INTERMEDIATE)
+    s.add("markov_head.markov_w1.weight", "BF16", [V, HEAD_RANK],
+          lambda: normal_chunks(rng, [V, HEAD_RANK], 1.0))
+    matrix("markov_head.markov_w2.weight", V, HEAD_RANK)
+    matrix("confidence_head.proj.weight", 1, H + HEAD_RANK)
+    add_dense(s, "confidence_head.proj.bias", "BF16", [1], lambda: np.zeros(1))
+    return s
+
+
+def head_config(target_layers):
+    return {
+        "architectures": ["Qwen3DSparkModel"],
+        "model_type": "qwen3",
+        "hidden_size": H,
+        "vocab_size": V,
+        "num_hidden_layers": HEAD_LAYERS,
+        "intermediate_size": HEAD_INTERMEDIATE,
+        "num_attention_heads": HEAD_HEADS,
+        "num_key_value_heads": HEAD_KV_HEADS,
+        "head_dim": HEAD_HEAD_DIM,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0,
+        "attention_bias": False,
+        "block_size": HEAD_BLOCK,
+        "mask_token_id": HEAD_MASK,
+        "markov_rank": HEAD_RANK,
+        "markov_head_type": "vanilla",
+        "enable_confidence_head": True,
+        "confidence_head_with_markov": True,
+        "target_layer_ids": HEAD_TAPS,
+        "num_target_layers": target_layers,
+        "dflash_query_causal": True,
+        "sliding_window": HEAD_WINDOW,
+        "attention_sink_bias": True,
+        "sample_from_anchor": False,
+        "has_lm_head": False,
+    }
+
+
+def build_head(out_dir, target_layers, log=lambda message: None):
+    """A random DSpark head for the target written by build(), in bf16 as the published one."""
+    if target_layers <= max(HEAD_TAPS):
+        raise ValueError(f"the head taps layers {HEAD_TAPS}: the target needs more than "
+                         f"{max(HEAD_TAPS)} layers")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    shard = head_shard(np.random.default_rng([SEED, 99]))
+    recipe = json.dumps({"version": RECIPE_VERSION, "head": HEAD_LAYERS})
+    file = out / "model.safetensors"
+    if shard.is_written(file, recipe):
+        log(f"{file.name}: kept")
+    else:
+        shard.write(file, recipe)
+        log(f"{file.name}: written")
+    (out / "config.json").write_text(json.dumps(head_config(target_layers), indent=2) + "\n")
+    return out
 
 
 def build(out_dir, layers, bits=4, log=lambda message: None):
@@ -282,11 +410,19 @@ def main(argv):
                         help=f"the first LAYERS layers of the pattern, 1..{len(NANO_PATTERN)}")
     parser.add_argument("--layers", dest="layers_flag", type=int, help="same as LAYERS")
     parser.add_argument("--bits", type=int, choices=[4, 6], default=4)
+    parser.add_argument("--dspark-head", action="store_true",
+                        help="also write a random DSpark head at the Nemotron head's shapes to "
+                             "OUT_DIR-DSpark, where dspark finds it beside the model")
     args = parser.parse_args(argv[1:])
     layers = args.layers_flag if args.layers_flag is not None else args.layers
     if not 1 <= layers <= len(NANO_PATTERN):
         parser.error(f"LAYERS must be in 1..{len(NANO_PATTERN)}")
-    print(build(args.out_dir, layers, args.bits, log=lambda message: print(message, flush=True)))
+    if args.dspark_head and layers <= max(HEAD_TAPS):
+        parser.error(f"--dspark-head taps layers {HEAD_TAPS}: LAYERS must exceed {max(HEAD_TAPS)}")
+    log = lambda message: print(message, flush=True)  # noqa: E731
+    print(build(args.out_dir, layers, args.bits, log=log))
+    if args.dspark_head:
+        print(build_head(f"{args.out_dir.rstrip('/')}-DSpark", layers, log=log))
     return 0
 
 
