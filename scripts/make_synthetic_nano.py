@@ -403,6 +403,91 @@ def build(out_dir, layers, bits=4, log=lambda message: None):
     return out
 
 
+def read_header(path):
+    with open(path, "rb") as f:
+        (length,) = struct.unpack("<Q", f.read(8))
+        return 8 + length, json.loads(f.read(length))
+
+
+def balanced_bias(logits, bias, steps=400):
+    """The correction bias that spreads top-k selection evenly over the experts.
+
+    DeepSeek-V3's auxiliary-loss-free balancing, which the Nemotron router's correction bias comes
+    from: move each expert's bias against its load, here with a step that shrinks, on fixed router
+    logits [tokens, experts].
+    """
+    scores = 1 / (1 + np.exp(-logits))
+    bias = bias.astype(np.float64)
+    for step in range(steps):
+        chosen = np.argpartition(-(scores + bias), TOP_K, axis=1)[:, :TOP_K]
+        load = np.bincount(chosen.ravel(), minlength=EXPERTS)
+        rate = 0.02 * (1 - step / steps) + 1e-4
+        bias += rate * np.sign(load.mean() - load)
+    return bias.astype(np.float32)
+
+
+def routing_spread(logits, bias):
+    """(experts chosen at least once, the busiest expert's share of all choices)."""
+    scores = 1 / (1 + np.exp(-logits))
+    chosen = np.argpartition(-(scores + bias), TOP_K, axis=1)[:, :TOP_K]
+    load = np.bincount(chosen.ravel(), minlength=EXPERTS)
+    return int((load > 0).sum()), float(load.max() / load.sum())
+
+
+def balance_routers(out_dir, tool, tokens=512, log=lambda message: None):
+    """Sets each MoE layer's correction bias so that this checkpoint's own hidden states spread.
+
+    Random weights give every token's hidden state a large shared component, and a random router
+    then sends most tokens to the same few experts in every layer (a trained router's correction
+    bias is tuned against exactly that). The router inputs of `tokens` random tokens are read from
+    dspark (`dspark_tool_model`, the taps before each MoE layer), the bias is balanced on them
+    layer by layer, and patched into the shards in place (same size, so the shards' recipes still
+    hold and a rerun keeps them). A later layer's inputs move slightly once earlier layers route
+    differently; one pass is enough for the spread.
+    """
+    import subprocess
+    import tempfile
+
+    out = Path(out_dir)
+    cfg = json.loads((out / "config.json").read_text())
+    pattern = cfg["hybrid_override_pattern"]
+    moe = [i for i, k in enumerate(pattern) if k == "E"]
+    weight_map = json.loads((out / "model.safetensors.index.json").read_text())["weight_map"]
+    ids = np.random.default_rng([SEED, 7]).integers(0, V, tokens).tolist()
+    with tempfile.TemporaryDirectory() as work:
+        script = {"steps": [{"op": "forward", "tokens": ids, "logit_rows": [tokens - 1],
+                             "tap_layers": [i - 1 for i in moe]}]}
+        (Path(work) / "script.json").write_text(json.dumps(script))
+        subprocess.run([tool, str(out), str(Path(work) / "script.json"), work], check=True,
+                       stdout=subprocess.DEVNULL)
+        taps = np.load(Path(work) / "step0_taps.npy")  # [tokens, layers, hidden]
+    record = {"tokens": tokens, "layers": {}}
+    for column, layer in enumerate(moe):
+        m = f"backbone.layers.{layer}.mixer.gate"
+        shard = out / weight_map[f"{m}.weight"]
+        start, header = read_header(shard)
+        gate_entry, bias_entry = header[f"{m}.weight"], header[f"{m}.e_score_correction_bias"]
+        assert gate_entry["dtype"] == "BF16" and bias_entry["dtype"] == "F32"
+        with open(shard, "r+b") as f:
+            f.seek(start + gate_entry["data_offsets"][0])
+            raw = np.frombuffer(f.read(EXPERTS * H * 2), dtype=np.uint16)
+            gate = (raw.astype(np.uint32) << 16).view(np.float32).reshape(EXPERTS, H)
+            f.seek(start + bias_entry["data_offsets"][0])
+            bias = np.frombuffer(f.read(EXPERTS * 4), dtype=np.float32)
+            h = taps[:, column, :].astype(np.float64)
+            xn = h / np.sqrt(np.mean(h * h, axis=1, keepdims=True) + cfg["layer_norm_epsilon"])
+            logits = xn @ gate.T.astype(np.float64)
+            balanced = balanced_bias(logits, bias)
+            f.seek(start + bias_entry["data_offsets"][0])
+            f.write(balanced.tobytes())
+        spread = {name: routing_spread(logits, b) for name, b in (("before", bias),
+                                                                   ("after", balanced))}
+        record["layers"][layer] = spread
+        log(f"layer {layer}: experts used {spread['before'][0]} -> {spread['after'][0]}, busiest "
+            f"expert {100 * spread['before'][1]:.1f}% -> {100 * spread['after'][1]:.1f}% of choices")
+    (out / "router_balance.json").write_text(json.dumps(record, indent=2) + "\n")
+
+
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out_dir")
@@ -410,6 +495,9 @@ def main(argv):
                         help=f"the first LAYERS layers of the pattern, 1..{len(NANO_PATTERN)}")
     parser.add_argument("--layers", dest="layers_flag", type=int, help="same as LAYERS")
     parser.add_argument("--bits", type=int, choices=[4, 6], default=4)
+    parser.add_argument("--balance-routers", metavar="TOOL",
+                        help="then balance every MoE layer's correction bias on the checkpoint's "
+                             "own hidden states, read with this dspark_tool_model binary")
     parser.add_argument("--dspark-head", action="store_true",
                         help="also write a random DSpark head at the Nemotron head's shapes to "
                              "OUT_DIR-DSpark, where dspark finds it beside the model")
@@ -421,6 +509,8 @@ def main(argv):
         parser.error(f"--dspark-head taps layers {HEAD_TAPS}: LAYERS must exceed {max(HEAD_TAPS)}")
     log = lambda message: print(message, flush=True)  # noqa: E731
     print(build(args.out_dir, layers, args.bits, log=log))
+    if args.balance_routers:
+        balance_routers(args.out_dir, args.balance_routers, log=log)
     if args.dspark_head:
         print(build_head(f"{args.out_dir.rstrip('/')}-DSpark", layers, log=log))
     return 0
