@@ -500,7 +500,8 @@ def main(argv):
                              "own hidden states, read with this dspark_tool_model binary")
     parser.add_argument("--dspark-head", action="store_true",
                         help="also write a random DSpark head at the Nemotron head's shapes to "
-                             "OUT_DIR-DSpark, where dspark finds it beside the model")
+                             "OUT_DIR-DSpark (pass it with --drafter: discovery beside the model "
+                             "drops a -4bit suffix from the model's name)")
     args = parser.parse_args(argv[1:])
     layers = args.layers_flag if args.layers_flag is not None else args.layers
     if not 1 <= layers <= len(NANO_PATTERN):
