@@ -19,6 +19,7 @@
 #include "cli/benchmark_report.h"
 #include "cli/commands.h"
 #include "cli/decode_flags.h"
+#include "cli/memory_check.h"
 #include "engine/model_bundle.h"
 #include "formats/model_store.h"
 #include "hub/resolve.h"
@@ -51,6 +52,7 @@ struct BenchmarkOptions {
   std::string plot_path;
   int threads = 0;
   bool recalibrate = false;
+  bool force = false;
 };
 
 struct Prompt {
@@ -276,6 +278,14 @@ void run_benchmark(const BenchmarkOptions& options) {
   const std::vector<Prompt> prompts = load_prompts(*bundle, find_prompts_dir(options.prompts_dir),
                                                    report.suites, options.prompts_per_suite);
 
+  int64_t longest_prompt = 0;
+  for (const Prompt& prompt : prompts) {
+    longest_prompt = std::max<int64_t>(longest_prompt, static_cast<int64_t>(prompt.tokens.size()));
+  }
+  check_memory_fit(model, bundle->name,
+                   std::min(model.max_context(), longest_prompt + options.max_new_tokens),
+                   options.force);
+
   report.roofline.bytes_per_token = model.decode_weight_bytes();
   report.roofline.bandwidth_1t_gbs = kernels::measure_read_bandwidth_gbs(1);
   report.roofline.bandwidth_all_gbs = kernels::measure_read_bandwidth_gbs(report.threads);
@@ -449,6 +459,7 @@ void add_benchmark_command(CLI::App& app) {
   command->add_option("--threads", options->threads, "Worker threads (default: all CPUs)");
   add_numerics_flag(*command);
   command->add_flag("--recalibrate", options->recalibrate, "Measure verify costs even when cached");
+  add_force_flag(command, &options->force);
   command->callback([options] { run_benchmark(*options); });
 }
 

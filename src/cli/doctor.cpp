@@ -8,15 +8,42 @@
 #include "formats/model_store.h"
 #include "kernels/bandwidth.h"
 #include "kernels/quant.h"
+#include "model/memory_fit.h"
 
 namespace dspark::cli {
+namespace {
+
+// The memory estimate of the model at `path` against this machine (the check generate and serve
+// run), or why it cannot be opened. Opening maps the weights without reading them.
+std::string memory_line(const std::string& path, int64_t context) {
+  try {
+    const auto model = load_model(path);
+    const MemoryVerdict verdict = judge_memory(estimate_memory(*model, context),
+                                               total_memory_bytes(), available_memory_bytes());
+    const char* fit = verdict.fit == MemoryFit::fits ? "fits in memory"
+                      : verdict.fit == MemoryFit::page_cache
+                          ? "does NOT fit: would stream weights from disk (--force)"
+                          : "does NOT fit, not even one token's weights (--force)";
+    return fmt::format("{}: {}", fit, verdict.summary);
+  } catch (const std::exception& e) {
+    return fmt::format("cannot be opened: {}", e.what());
+  }
+}
+
+}  // namespace
 
 void add_doctor_command(CLI::App& app) {
   auto* command =
       app.add_subcommand("doctor", "Check this machine: CPU, kernels, bandwidth, models");
   auto dir = std::make_shared<std::string>();
+  auto model_dir = std::make_shared<std::string>();
+  auto context = std::make_shared<int64_t>(4096);
   command->add_option("--models-dir", *dir, "Models directory");
-  command->callback([dir] {
+  command->add_option("--model,-m", *model_dir, "Also check this model directory");
+  command->add_option("--context", *context, "Context tokens the memory estimates assume")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  command->callback([dir, model_dir, context] {
     const CpuFeatures& cpu = cpu_features();
     fmt::print("cpu: {}\n", cpu.model_name);
     fmt::print(
@@ -36,13 +63,12 @@ void add_doctor_command(CLI::App& app) {
     const std::string where = models_dir(*dir);
     const auto models = list_models(where);
     fmt::print("models in {}: {}\n", where, models.empty() ? "none" : "");
-    const int64_t available = available_memory_bytes();
     for (const auto& model : models) {
-      // Weights are memory-mapped: a model fits when its files fit in available memory with a
-      // margin for caches and activations.
-      const bool fits = model.bytes + (model.bytes / 10) + (512ll << 20) < available;
       fmt::print("  {:<40} {:<12} {:>9.1f} MB  {}\n", model.name, model.architecture,
-                 model.bytes / 1e6, fits ? "fits in memory" : "does NOT fit in available memory");
+                 model.bytes / 1e6, memory_line(model.path, *context));
+    }
+    if (!model_dir->empty()) {
+      fmt::print("model {}: {}\n", *model_dir, memory_line(*model_dir, *context));
     }
   });
 }

@@ -13,6 +13,7 @@
 #include "base/thread_pool.h"
 #include "cli/commands.h"
 #include "cli/decode_flags.h"
+#include "cli/memory_check.h"
 #include "constrain/grammar.h"
 #include "constrain/token_constraint.h"
 #include "engine/generator.h"
@@ -50,6 +51,7 @@ struct GenerateOptions {
   std::string reasoning_budget_message;
   bool json_object = false;
   std::string json_schema;  // a file path or inline JSON
+  bool force = false;
   DecodeFlags decode;
 };
 
@@ -103,6 +105,33 @@ std::vector<int32_t> build_prompt(const ModelBundle& bundle, const GenerateOptio
   return bundle.tokenizer->encode_marked(text, /*add_special_tokens=*/false);
 }
 
+// Distinct experts per routed layer and the busiest expert's share of its layer's choices: a
+// trained router spreads a few hundred tokens over nearly every expert, with no expert far above
+// the uniform share 1 / experts.
+std::string format_routing(const RoutingCounts& routing) {
+  std::vector<int64_t> distinct = routing.distinct_per_layer();
+  if (distinct.empty()) return "Routing: the model has no routed layers";
+  std::sort(distinct.begin(), distinct.end());
+  int64_t rows = 0, experts = 0;
+  double busiest = 0.0;
+  for (size_t l = 0; l < routing.chosen.size(); ++l) {
+    const std::vector<int64_t>& counts = routing.chosen[l];
+    if (counts.empty()) continue;
+    rows = routing.rows[l];
+    experts = static_cast<int64_t>(counts.size());
+    int64_t total = 0;
+    for (int64_t c : counts) total += c;
+    busiest =
+        std::max(busiest, static_cast<double>(*std::max_element(counts.begin(), counts.end())) /
+                              static_cast<double>(total));
+  }
+  return fmt::format(
+      "Routing: {} routed layers, {} rows each: distinct experts per layer min {}, median {}, "
+      "max {} of {}; busiest expert {:.1f}% of its layer's choices (uniform {:.1f}%)",
+      distinct.size(), rows, distinct.front(), distinct[distinct.size() / 2], distinct.back(),
+      experts, 100.0 * busiest, 100.0 / static_cast<double>(experts));
+}
+
 void run_generate(const GenerateOptions& options) {
   if (options.threads > 0) set_default_threads(options.threads);
   GenerateOptions resolved = options;
@@ -116,16 +145,21 @@ void run_generate(const GenerateOptions& options) {
   ResolveOptions resolve;
   resolve.models_dir = options.models_dir;
   auto bundle = load_model_bundle(resolve_model_or_download(options.model, resolve));
+  const std::vector<int32_t> prompt = build_prompt(*bundle, resolved);
+  const int64_t max_context = bundle->model->max_context();
+  if (static_cast<int64_t>(prompt.size()) >= max_context) {
+    fail("prompt is too long: {} tokens >= the model's {}-token context", prompt.size(),
+         max_context);
+  }
+  // Before the drafter loads and before any weight is read.
+  check_memory_fit(*bundle->model, bundle->name,
+                   std::min(max_context, static_cast<int64_t>(prompt.size()) + options.max_tokens),
+                   options.force);
   std::string explanation;
   const DecodeSetup setup =
       resolve_decode_flags(options.decode, options.model, options.models_dir, *bundle, explanation);
   fmt::print(stderr, "{}\n", explanation);
   const double load_seconds = now_seconds() - load_start;
-  const std::vector<int32_t> prompt = build_prompt(*bundle, resolved);
-  if (static_cast<int64_t>(prompt.size()) >= bundle->model->max_context()) {
-    fail("prompt is too long: {} tokens >= the model's {}-token context", prompt.size(),
-         bundle->model->max_context());
-  }
   GenerationConfig config;
   config.max_tokens = options.max_tokens;
   if (!options.ignore_eos) config.eos_ids = bundle->eos_ids;
@@ -153,6 +187,10 @@ void run_generate(const GenerateOptions& options) {
   StreamingDetokenizer detokenizer(*bundle->tokenizer, /*skip_special_tokens=*/true);
   StopStringMatcher stops(options.stop);
   ModelState state = bundle->model->new_state();
+  // DSPARK_ROUTING_STATS=1: how widely the router spreads this run's tokens over the experts.
+  RoutingCounts routing;
+  const bool routing_stats = std::getenv("DSPARK_ROUTING_STATS") != nullptr;
+  if (routing_stats) bundle->model->set_routing_counts(&routing);
   DecodeStats decode_stats;
   auto result = run_generation(
       *bundle->model, prompt, state, config, setup,
@@ -181,6 +219,7 @@ void run_generate(const GenerateOptions& options) {
   if (result.budget_forced)
     fmt::print(stderr, "Reasoning budget of {}: forced the end of thinking\n",
                options.reasoning_budget);
+  if (routing_stats) fmt::print(stderr, "{}\n", format_routing(routing));
 }
 
 }  // namespace
@@ -231,6 +270,7 @@ void add_generate_command(CLI::App& app) {
                       "Constrain the answer to JSON following this JSON Schema (a file or inline)");
   command->add_flag("--ignore-eos", options->ignore_eos,
                     "Keep generating past end-of-sequence tokens (for benchmarks)");
+  add_force_flag(command, &options->force);
   add_decode_flags(*command, options->decode);
   command->callback([options] { run_generate(*options); });
 }

@@ -17,6 +17,7 @@
 #include "base/thread_pool.h"
 #include "cli/commands.h"
 #include "cli/decode_flags.h"
+#include "cli/memory_check.h"
 #include "engine/model_bundle.h"
 #include "hub/resolve.h"
 #include "server/server.h"
@@ -46,6 +47,7 @@ struct ServeOptions {
   int threads = 0;
   double shutdown_grace = 5.0;
   std::string cors_origins;
+  bool force = false;
 };
 
 std::vector<std::string> split_origins(const std::string& list) {
@@ -142,6 +144,10 @@ void run_serve(const ServeOptions& options) {
       resolve.models_dir = options.models_dir;
       const std::string dir = resolve_model_or_download(options.model, resolve);
       auto bundle = load_model_bundle(dir);
+      const int64_t context = options.context_window > 0
+                                  ? std::min(options.context_window, bundle->model->max_context())
+                                  : bundle->model->max_context();
+      check_memory_fit(*bundle->model, bundle->name, context, options.force);
       // The mode, drafter and cap policy are resolved once here; every request shares them.
       std::string explanation;
       server::EngineOptions loaded = engine_options;
@@ -210,6 +216,7 @@ void add_serve_command(CLI::App& app) {
       ->capture_default_str();
   command->add_option("--context-window", options->context_window,
                       "Longest prompt + output (default: the model's)");
+  add_force_flag(command, &options->force);
   command
       ->add_option("--default-temperature", options->default_temperature,
                    "Temperature for requests that give none (before generation_config.json)")

@@ -128,6 +128,28 @@ void Model::forward(const int32_t* tokens, int64_t n, ModelState& state,
   state.end_forward();
 }
 
+void RoutingCounts::record(int64_t layer, int64_t experts, const int32_t* ids, int64_t n,
+                           int64_t top_k) {
+  if (static_cast<int64_t>(chosen.size()) <= layer) {
+    chosen.resize(layer + 1);
+    rows.resize(layer + 1, 0);
+  }
+  std::vector<int64_t>& counts = chosen[layer];
+  counts.resize(experts, 0);
+  for (int64_t i = 0; i < n * top_k; ++i) ++counts[ids[i]];
+  rows[layer] += n;
+}
+
+std::vector<int64_t> RoutingCounts::distinct_per_layer() const {
+  std::vector<int64_t> distinct;
+  for (const auto& counts : chosen) {
+    if (counts.empty()) continue;
+    distinct.push_back(
+        std::count_if(counts.begin(), counts.end(), [](int64_t c) { return c > 0; }));
+  }
+  return distinct;
+}
+
 int64_t linear_bytes(const LinearWeights& linear, int64_t experts) {
   if (linear.rows() == 0) return 0;
   if (linear.quantized) return linear.quant.bytes_per_expert() * experts;

@@ -37,6 +37,20 @@ struct ForwardOutput {
   std::vector<float> taps;
 };
 
+// How often each routed expert was chosen, per layer: the spread that decides how many expert bytes
+// a run of tokens touches (a router that always picks the same experts understates MoE cost).
+struct RoutingCounts {
+  // [layer][expert] rows routed to the expert; empty for layers without a router.
+  std::vector<std::vector<int64_t>> chosen;
+  // [layer] rows the layer routed (each to top_k experts).
+  std::vector<int64_t> rows;
+
+  // ids: [n, top_k] expert ids of n rows.
+  void record(int64_t layer, int64_t experts, const int32_t* ids, int64_t n, int64_t top_k);
+  // Per routed layer, how many distinct experts were chosen at least once.
+  std::vector<int64_t> distinct_per_layer() const;
+};
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -91,6 +105,8 @@ class Model {
 
   // When set, forward adds each layer's wall time (seconds) to (*seconds)[layer]; for benchmarks.
   void set_layer_timing(std::vector<double>* seconds) const { layer_seconds_ = seconds; }
+  // When set, every routed layer adds its choices to *counts; for checking checkpoints' routers.
+  void set_routing_counts(RoutingCounts* counts) const { routing_counts_ = counts; }
 
  protected:
   explicit Model(std::unique_ptr<Checkpoint> checkpoint);
@@ -106,6 +122,7 @@ class Model {
   bool tied_ = false;
   std::vector<float> final_norm_;
   float norm_eps_ = 1e-5f;
+  mutable RoutingCounts* routing_counts_ = nullptr;
 
  private:
   int64_t prefill_chunk_ = 2048;

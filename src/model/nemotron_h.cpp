@@ -308,7 +308,7 @@ class NemotronH final : public Model {
   void mamba(const MambaMixer& m, const float* xn, int64_t n, ModelState& state, float* out) const;
   void attention(const AttentionMixer& a, const float* xn, int64_t n, ModelState& state,
                  float* out) const;
-  void moe(const MoeMixer& e, const float* xn, int64_t n, float* out) const;
+  void moe(int64_t layer, const MoeMixer& e, const float* xn, int64_t n, float* out) const;
   void relu2_mlp(const LinearWeights& up, const LinearWeights& down, const float* x, int64_t n,
                  float* out) const;
 
@@ -454,7 +454,7 @@ void NemotronH::run_layer(int64_t index, float* hidden, int64_t n, ModelState& s
       attention(std::get<AttentionMixer>(layer.mixer), xn, n, state, mixed);
       break;
     case 'E':
-      moe(std::get<MoeMixer>(layer.mixer), xn, n, mixed);
+      moe(index, std::get<MoeMixer>(layer.mixer), xn, n, mixed);
       break;
     case '-': {
       const MlpMixer& d = std::get<MlpMixer>(layer.mixer);
@@ -555,7 +555,8 @@ void NemotronH::relu2_mlp(const LinearWeights& up, const LinearWeights& down, co
 }
 
 // §5.
-void NemotronH::moe(const MoeMixer& e, const float* xn, int64_t n, float* out) const {
+void NemotronH::moe(int64_t layer, const MoeMixer& e, const float* xn, int64_t n,
+                    float* out) const {
   const int64_t H = c_.hidden, K = c_.top_k, I = c_.moe_intermediate;
   const int64_t expert_in = c_.latent > 0 ? c_.latent : H;
   std::vector<float> router_logits(n * c_.experts), weights(n * K);
@@ -570,6 +571,7 @@ void NemotronH::moe(const MoeMixer& e, const float* xn, int64_t n, float* out) c
   spec.routed_scaling_factor = c_.routed_scaling;
   spec.correction_bias = e.correction_bias.empty() ? nullptr : e.correction_bias.data();
   kernels::moe_route(router_logits.data(), n, spec, ids.data(), weights.data());
+  if (routing_counts_) routing_counts_->record(layer, c_.experts, ids.data(), n, K);
 
   std::vector<float> latent;
   const float* expert_input = xn;
