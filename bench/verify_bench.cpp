@@ -1,4 +1,5 @@
-// Speculative verify forwards on the default model (SmolLM2-135M-Instruct, 4-bit, group 32):
+// Speculative verify forwards on the default model (SmolLM2-135M-Instruct, 4-bit, group 32, or
+// DSPARK_VERIFY_MODEL):
 // one forward of `width` rows after a 64-token context, logits for every row (as the verify step
 // asks), rolled back after each timing so the context depth stays fixed. BM_VerifyAttention: the
 // attention calls of such a forward alone. (quant_bench --benchmark_filter=smollm2 times the
@@ -14,6 +15,12 @@
 //   roofline_ms      MB_weights at this machine's measured read bandwidth (all threads): the
 //                    floor of any forward, whatever its width, if it is bandwidth-bound
 //   bw_GBps          that bandwidth
+// and for a model with routed experts (a nemotron_h MoE), from the routing of one more forward of
+// the same rows:
+//   experts_touched  distinct experts per routed layer, the union over the rows (mean of layers)
+//   MB_touched       weight bytes that forward streams: MB_weights with each layer's top_k
+//                    experts replaced by that union, one embedding row per row
+//   union_roofline_ms  MB_touched at the measured bandwidth
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
@@ -91,13 +98,25 @@ void BM_VerifyForward(benchmark::State& state) {
   state.counters["MB_weights"] = bytes / 1e6;
   state.counters["bw_GBps"] = read_bandwidth_gbs();
   state.counters["roofline_ms"] = 1e3 * bytes / (read_bandwidth_gbs() * 1e9);
+
+  dspark::RoutingCounts routing;
+  model->set_routing_counts(&routing);
+  model->forward(rows.data(), width, sequence, logit_rows, {}, out);
+  model->set_routing_counts(nullptr);
+  sequence.trim(kContext);
+  const std::vector<int64_t> distinct = routing.distinct_per_layer();
+  if (!distinct.empty()) {
+    const double touched = static_cast<double>(model->forward_weight_bytes(routing, width));
+    state.counters["experts_touched"] =
+        static_cast<double>(std::accumulate(distinct.begin(), distinct.end(), int64_t{0})) /
+        static_cast<double>(distinct.size());
+    state.counters["MB_touched"] = touched / 1e6;
+    state.counters["union_roofline_ms"] = 1e3 * touched / (read_bandwidth_gbs() * 1e9);
+  }
 }
 BENCHMARK(BM_VerifyForward)
     ->ArgName("width")
-    ->Arg(1)
-    ->Arg(2)
-    ->Arg(4)
-    ->Arg(8)
+    ->DenseRange(1, 8)
     ->Arg(16)
     ->Unit(benchmark::kMillisecond)
     ->UseManualTime();

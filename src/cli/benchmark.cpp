@@ -216,10 +216,10 @@ void print_calibration(const std::string& what, const Calibration& calibration, 
     drafts += fmt::format(" {}:{:.3g}", c + 1, calibration.curves.drafter_ms[c]);
   }
   fmt::print(
-      stderr, "{}: verify ms by width{}{}; overhead {:.3g} ms ({}; derived cap {})\n", what, widths,
-      drafts.empty() ? "" : "; drafter ms by cap" + drafts, calibration.curves.overhead_ms,
+      stderr, "{}: verify ms by width{}{}; overhead {:.3g} ms ({}; derived cap {}{})\n", what,
+      widths, drafts.empty() ? "" : "; drafter ms by cap" + drafts, calibration.curves.overhead_ms,
       calibration.from_cache ? "cached" : fmt::format("measured in {:.1f} s", calibration.seconds),
-      derived_cap);
+      derived_cap, derived_cap == 0 ? ": plain steps pay best" : "");
 }
 
 void write_file(const std::string& path, const std::string& contents) {

@@ -191,6 +191,16 @@ void run_generate(const GenerateOptions& options) {
   RoutingCounts routing;
   const bool routing_stats = std::getenv("DSPARK_ROUTING_STATS") != nullptr;
   if (routing_stats) bundle->model->set_routing_counts(&routing);
+  // A prompt longer than one prefill chunk reports each chunk (long prompts take minutes).
+  const double prefill_start = now_seconds();
+  const Model::PrefillProgress progress = [&](int64_t done, int64_t rows) {
+    const double seconds = now_seconds() - prefill_start;
+    const double rate = seconds > 0 ? static_cast<double>(done) / seconds : 0.0;
+    fmt::print(stderr, "prefill: {}/{} tokens ({:.0f} %), {:.1f} tokens-per-sec, {:.0f} s left\n",
+               done, rows, 100.0 * static_cast<double>(done) / static_cast<double>(rows), rate,
+               rate > 0 ? static_cast<double>(rows - done) / rate : 0.0);
+  };
+  bundle->model->set_prefill_progress(&progress);
   DecodeStats decode_stats;
   auto result = run_generation(
       *bundle->model, prompt, state, config, setup,
@@ -205,6 +215,7 @@ void run_generate(const GenerateOptions& options) {
         return !piece.stopped;
       },
       &decode_stats);
+  bundle->model->set_prefill_progress(nullptr);
   if (result.finish_reason != FinishReason::stop) {
     std::string rest = stops.push(detokenizer.flush()).emit + stops.flush();
     std::fwrite(rest.data(), 1, rest.size(), stdout);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 
 #include "base/error.h"
 #include "base/system_info.h"
@@ -124,6 +125,7 @@ void Model::forward(const int32_t* tokens, int64_t n, ModelState& state,
       }
     }
     state.advance(rows);
+    if (prefill_progress_ != nullptr && n > chunk) (*prefill_progress_)(first + rows, n);
   }
   state.end_forward();
 }
@@ -157,18 +159,36 @@ int64_t linear_bytes(const LinearWeights& linear, int64_t experts) {
          static_cast<int64_t>(dtype_size(linear.dense.dtype)) * experts;
 }
 
-int64_t Model::shared_decode_weight_bytes() const {
-  int64_t embedding_row = 0;
-  if (embedding_.quantized) {
-    const kernels::QuantMatrix& q = embedding_.quant;
-    embedding_row = q.words_per_row() * 4 +
-                    2 * q.groups_per_row() * static_cast<int64_t>(dtype_size(q.scale_dtype));
-  } else {
-    embedding_row =
-        embedding_.dense.cols * static_cast<int64_t>(dtype_size(embedding_.dense.dtype));
+namespace {
+
+int64_t embedding_row_bytes(const LinearWeights& embedding) {
+  if (embedding.quantized) {
+    const kernels::QuantMatrix& q = embedding.quant;
+    return q.words_per_row() * 4 +
+           2 * q.groups_per_row() * static_cast<int64_t>(dtype_size(q.scale_dtype));
   }
-  return embedding_row + linear_bytes(lm_head()) +
+  return embedding.dense.cols * static_cast<int64_t>(dtype_size(embedding.dense.dtype));
+}
+
+}  // namespace
+
+int64_t Model::shared_decode_weight_bytes() const {
+  return embedding_row_bytes(embedding_) + linear_bytes(lm_head()) +
          static_cast<int64_t>(final_norm_.size() * sizeof(float));
+}
+
+int64_t Model::forward_weight_bytes(const RoutingCounts& routing, int64_t rows) const {
+  int64_t bytes = decode_weight_bytes() + (rows - 1) * embedding_row_bytes(embedding_);
+  for (size_t layer = 0; layer < routing.chosen.size(); ++layer) {
+    const std::vector<int64_t>& counts = routing.chosen[layer];
+    if (counts.empty() || routing.rows[layer] == 0) continue;
+    const int64_t choices = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+    const int64_t top_k = choices / routing.rows[layer];
+    const int64_t distinct =
+        std::count_if(counts.begin(), counts.end(), [](int64_t c) { return c > 0; });
+    bytes += (distinct - top_k) * routed_expert_bytes(static_cast<int64_t>(layer));
+  }
+  return bytes;
 }
 
 int64_t Model::decode_weight_bytes() const {

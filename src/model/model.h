@@ -9,6 +9,7 @@
 // their stored type (bf16 / f16 / f32 or MLX affine quantized) and accumulated in fp32. Matching
 // mlx-lm is checked against mlx-lm running the same checkpoint in float32.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -102,11 +103,22 @@ class Model {
   // The share of one layer, and of the embedding row, final norm and output head.
   virtual int64_t layer_decode_weight_bytes(int64_t layer) const = 0;
   int64_t shared_decode_weight_bytes() const;
+  // Bytes of one routed expert of `layer` (0 where the layer routes none).
+  virtual int64_t routed_expert_bytes(int64_t /*layer*/) const { return 0; }
+  // Bytes of weights a forward of `rows` rows streams, given the experts its routed layers chose
+  // (`routing`, recorded over that forward alone): decode_weight_bytes with each routed layer's
+  // top_k experts replaced by the union of the rows' experts, and one embedding row per row
+  // (docs/performance.md §4).
+  int64_t forward_weight_bytes(const RoutingCounts& routing, int64_t rows) const;
 
   // When set, forward adds each layer's wall time (seconds) to (*seconds)[layer]; for benchmarks.
   void set_layer_timing(std::vector<double>* seconds) const { layer_seconds_ = seconds; }
   // When set, every routed layer adds its choices to *counts; for checking checkpoints' routers.
   void set_routing_counts(RoutingCounts* counts) const { routing_counts_ = counts; }
+  // When set, a forward longer than one prefill chunk calls (*progress)(rows done, rows) after
+  // each chunk; for progress lines of long prompts.
+  using PrefillProgress = std::function<void(int64_t done, int64_t rows)>;
+  void set_prefill_progress(const PrefillProgress* progress) const { prefill_progress_ = progress; }
 
  protected:
   explicit Model(std::unique_ptr<Checkpoint> checkpoint);
@@ -127,6 +139,7 @@ class Model {
  private:
   int64_t prefill_chunk_ = 2048;
   mutable std::vector<double>* layer_seconds_ = nullptr;
+  mutable const PrefillProgress* prefill_progress_ = nullptr;
 };
 
 // Opens a checkpoint directory and builds the model its config.json model_type names

@@ -299,6 +299,7 @@ class NemotronH final : public Model {
 
   StateLayout state_layout() const override;
   int64_t layer_decode_weight_bytes(int64_t layer) const override;
+  int64_t routed_expert_bytes(int64_t layer) const override;
 
  protected:
   void run_layer(int64_t layer, float* hidden, int64_t n, ModelState& state) const override;
@@ -633,11 +634,16 @@ int64_t NemotronH::layer_decode_weight_bytes(int64_t index) const {
   } else if (const auto* e = std::get_if<MoeMixer>(&layer.mixer)) {
     bytes += linear_bytes(e->gate) + linear_bytes(e->shared_up) + linear_bytes(e->shared_down) +
              linear_bytes(e->latent_in) + linear_bytes(e->latent_out);
-    bytes += c_.top_k * (e->up.bytes_per_expert() + e->down.bytes_per_expert());
+    bytes += c_.top_k * routed_expert_bytes(index);
   } else if (const auto* d = std::get_if<MlpMixer>(&layer.mixer)) {
     bytes += linear_bytes(d->up_proj) + linear_bytes(d->down_proj);
   }
   return bytes;
+}
+
+int64_t NemotronH::routed_expert_bytes(int64_t index) const {
+  const auto* e = std::get_if<MoeMixer>(&layers_[index].mixer);
+  return e == nullptr ? 0 : e->up.bytes_per_expert() + e->down.bytes_per_expert();
 }
 
 }  // namespace

@@ -491,7 +491,9 @@ void Engine::run(Job& job) {
     ForwardOutput scratch;
     size_t next_mark = 0;
     const int64_t chunk = std::max<int64_t>(options_.prefill_chunk, 1);
+    const int64_t prefill_from = state.length();
     while (state.length() < prompt_len - 1 && !job.cancelled()) {
+      metrics_.set_prefill(state.length() - prefill_from, prompt_len - prefill_from);
       int64_t end = std::min(state.length() + chunk, prompt_len - 1);
       if (next_mark < marks.size()) end = std::min(end, marks[next_mark]);
       const int64_t start = state.length();
@@ -504,6 +506,7 @@ void Engine::run(Job& job) {
         ++next_mark;
       }
     }
+    metrics_.set_prefill(0, 0);
     const double prefill_manual = now_seconds() - job.started;
     if (job.cancelled()) {
       summary.finish = Finish::cancelled;

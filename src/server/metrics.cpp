@@ -75,6 +75,12 @@ void Metrics::set_queue(int64_t waiting, int64_t running) {
   running_ = running;
 }
 
+void Metrics::set_prefill(int64_t done, int64_t total) {
+  std::lock_guard lock(mutex_);
+  prefill_done_ = done;
+  prefill_total_ = total;
+}
+
 void Metrics::count_cancelled() {
   std::lock_guard lock(mutex_);
   ++cancelled_;
@@ -115,6 +121,8 @@ std::string Metrics::render(const std::map<std::string, double>& gauges) const {
   counter("dspark_rejected_total", "Requests refused because the queue was full.", rejected_, out);
   gauge("dspark_requests_waiting", waiting_, out);
   gauge("dspark_requests_running", running_, out);
+  gauge("dspark_prefill_tokens_done", prefill_done_, out);
+  gauge("dspark_prefill_tokens_total", prefill_total_, out);
   for (const auto& [name, value] : gauges) gauge(name, value, out);
   queue_.render("dspark_queue_seconds", "Time from arrival to the start of generation.", out);
   ttft_.render("dspark_time_to_first_token_seconds", "Time from arrival to the first token.", out);

@@ -17,9 +17,14 @@
 namespace dspark {
 namespace {
 
-constexpr int kSchemaVersion = 1;
+// 2: verify rows are distinct tokens.
+constexpr int kSchemaVersion = 2;
 // The synthetic prompt: one token id repeated (§16.1).
 constexpr int32_t kSyntheticToken = 7;
+// Verify rows step through the vocabulary by this prime: a MoE verify streams the union of the
+// experts its rows route to (docs/performance.md §4), and rows of one repeated token would all
+// route alike and understate it.
+constexpr int64_t kVerifyRowStride = 7919;
 
 double median_ms(std::vector<double> seconds) {
   std::sort(seconds.begin(), seconds.end());
@@ -62,7 +67,11 @@ struct Measurer {
   // last at each depth and simply advances the state.
   double verify_ms(int width) {
     const int64_t length = state.length();
-    rows.assign(width, kSyntheticToken);
+    rows.resize(width);
+    for (int i = 0; i < width; ++i) {
+      rows[i] =
+          static_cast<int32_t>((kSyntheticToken + kVerifyRowStride * i) % target.vocab_size());
+    }
     logit_rows.resize(width);
     std::iota(logit_rows.begin(), logit_rows.end(), 0);
     state.set_recording(width > 1);
@@ -288,18 +297,21 @@ Calibration calibrate(const Model& target, const DrafterFactory& drafter,
   return result;
 }
 
-CapPolicyFactory calibrated_cap_policy(const Model& target, const DrafterFactory& drafter,
-                                       const CalibrationOptions& options, int max_cap,
-                                       bool allow_parking, std::string* error) {
+CalibratedCaps calibrated_cap_policy(const Model& target, const DrafterFactory& drafter,
+                                     const CalibrationOptions& options, int max_cap,
+                                     bool allow_parking) {
   CalibrationOptions sized = options;
   sized.max_width = std::max(max_cap + 1, 3);
+  CalibratedCaps caps;
   CostCurves curves;
   try {
     curves = calibrate(target, drafter, sized).curves;
+    caps.derived_cap = derive_cap(curves, max_cap);
   } catch (const Error& e) {
-    if (error != nullptr) *error = e.what();
+    caps.error = e.what();
   }
-  return make_cap_policy_factory(std::move(curves), max_cap, allow_parking);
+  caps.policy = make_cap_policy_factory(std::move(curves), max_cap, allow_parking);
+  return caps;
 }
 
 nlohmann::json cost_curves_json(const CostCurves& curves) {

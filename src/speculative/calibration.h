@@ -53,11 +53,15 @@ Calibration calibrate(const Model& target, const DrafterFactory& drafter,
                       const CalibrationOptions& options);
 
 // The cap policy of a dspark / dflash generation (DecodeSetup::cap_policy): calibrates with the
-// drafter (or reads the cache), then make_cap_policy_factory over the measured curves. When
-// calibration fails, `error` (if given) receives why and the caps fall back to 2 (§16.3).
-CapPolicyFactory calibrated_cap_policy(const Model& target, const DrafterFactory& drafter,
-                                       const CalibrationOptions& options, int max_cap,
-                                       bool allow_parking, std::string* error = nullptr);
+// drafter (or reads the cache), then make_cap_policy_factory over the measured curves.
+struct CalibratedCaps {
+  CapPolicyFactory policy;
+  int derived_cap = 2;  // the cap without --max-draft; 0: plain decoding pays best
+  std::string error;    // why calibration failed; then the caps fall back to 2 (§16.3)
+};
+CalibratedCaps calibrated_cap_policy(const Model& target, const DrafterFactory& drafter,
+                                     const CalibrationOptions& options, int max_cap,
+                                     bool allow_parking);
 
 nlohmann::json cost_curves_json(const CostCurves& curves);
 // Throws naming `source` when a field is missing or malformed.

@@ -97,9 +97,9 @@ template <typename Expected>
 int argmax_cap(const CostCurves& curves, int max_cap, int64_t context, Expected expected) {
   if (curves.empty()) fail("the draft cap cannot be derived without measured verify costs");
   if (max_cap < 1) fail("the largest draft cap must be at least 1, not {}", max_cap);
-  int best = 1;
+  int best = 0;
   double best_rate = -1.0;
-  for (int cap = 1; cap <= max_cap; ++cap) {
+  for (int cap = 0; cap <= max_cap; ++cap) {
     const double rate = expected(cap) / curves.round_ms(cap, context);
     if (rate > best_rate) {
       best_rate = rate;
@@ -132,6 +132,7 @@ AutoCapController::AutoCapController(CostCurves curves, int max_cap, Params para
       cap_(std::clamp(params.init_cap, 1, std::max(max_cap, 1))),
       p_(params.prior_p),
       context_(curves_.reference_context),
+      probe_gap_(params.probe_every),
       timing_(static_cast<size_t>(std::max(max_cap, 1)) + 1) {
   if (curves_.empty()) fail("the draft-cap controller needs measured verify costs");
   if (max_cap < 1) fail("the largest draft cap must be at least 1, not {}", max_cap);
@@ -167,16 +168,21 @@ void AutoCapController::repick() {
     }
   }
   if (best != cap_ && best_rate > params_.hysteresis * effective_rate(cap_)) {
-    if (best == 0) parked_rounds_ = 0;
+    if (best == 0) {
+      parked_rounds_ = 0;
+      probe_gap_ = params_.probe_every;
+    }
     cap_ = best;
   }
 }
 
 int AutoCapController::cap_for_round() {
   ++round_;
+  probing_ = false;
   if (cap_ == 0) {
-    if (parked_rounds_ >= params_.probe_every) {
+    if (parked_rounds_ >= probe_gap_) {
       parked_rounds_ = 0;
+      probing_ = true;
       return 1;
     }
     ++parked_rounds_;
@@ -217,8 +223,13 @@ void AutoCapController::on_round(int cap_used, int accepted, double seconds, int
     const double timing_ratio = curves_.round_ms(cap_used, context_) / timing.ms_per_round;
     correction_ += params_.correction_rate * (timing_ratio - correction_);
   }
-  // A probe decides at once whether to leave the parked state.
-  if (cap_ == 0) repick();
+  // A probe decides at once whether to leave the parked state; while the drafter stays wrong the
+  // probes, each a full round at a loss, grow rarer.
+  if (cap_ == 0 && probing_) {
+    probe_gap_ = accepted > 0 ? params_.probe_every
+                              : std::min<int64_t>(2 * probe_gap_, params_.max_probe_every);
+    repick();
+  }
 }
 
 CapPolicyFactory make_cap_policy_factory(CostCurves curves, int max_cap, bool allow_parking) {

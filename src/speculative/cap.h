@@ -46,7 +46,8 @@ double round_rate(const CostCurves& curves, int cap, double p, int64_t context);
 // The prior acceptance the derived cap assumes without measurements (§16.3).
 constexpr double kDerivedCapPrior = 0.70;
 
-// argmax over C in 1..max_cap of round_rate (ties go to the smaller cap).
+// argmax over C in 0..max_cap of round_rate (ties go to the smaller cap). 0 means plain decoding:
+// on these costs no cap pays at the assumed acceptance.
 int derive_cap(const CostCurves& curves, int max_cap, double p = kDerivedCapPrior,
                int64_t context = 512);
 // The same with measured per-slot survival, continued with the prior beyond it.
@@ -55,7 +56,9 @@ int derive_cap(const CostCurves& curves, int max_cap, const std::vector<double>&
 
 // The per-round controller (--max-draft auto, §16.4): a running-mean-then-EWMA estimate of the
 // per-slot acceptance p, per-cap timing, a re-pick every few rounds with hysteresis, and parking
-// at cap 0 (plain steps, with a cap-1 probe every probe_every rounds) when speculation loses.
+// at cap 0 (plain steps with a cap-1 probe, every probe_every rounds at first; the gap doubles
+// after each probe whose draft is rejected, up to max_probe_every, and resets when one is
+// accepted) when speculation loses.
 // Two readings of the spec's sketch, both forced by tests on synthetic streams: a cap's observed
 // rate is EWMA(committed) / EWMA(round time), not an EWMA of per-round ratios (which overstates
 // the cost of noisy rounds); and the global correction scales modelled round *times* only, so a
@@ -71,6 +74,7 @@ class AutoCapController : public CapPolicy {
     bool allow_parking = true;  // DSpark only
     int min_obs_to_park = 24;
     int probe_every = 8;
+    int max_probe_every = 64;
     double t_alpha = 0.1;
     int min_rounds_observed = 4;
     int obs_max_age = 32;
@@ -89,6 +93,8 @@ class AutoCapController : public CapPolicy {
 
   int current_cap() const override { return cap_; }
   bool parked() const { return cap_ == 0; }
+  // Plain steps between two probes while parked.
+  int64_t probe_gap() const { return probe_gap_; }
   double acceptance() const { return p_; }
   int64_t observations() const { return observations_; }
   // Committed tokens per millisecond the controller expects of `cap` now.
@@ -117,6 +123,8 @@ class AutoCapController : public CapPolicy {
   int64_t context_ = 0;
   int64_t round_ = 0;              // rounds the loop asked a cap for
   int64_t parked_rounds_ = 0;      // plain steps since parking or the last probe
+  int64_t probe_gap_ = 0;          // plain steps between probes now
+  bool probing_ = false;           // the round just handed out is a probe
   double correction_ = 1.0;        // observed / modelled rate, for caps without observations
   std::vector<CapTiming> timing_;  // [cap], cap 1..max_cap
 };

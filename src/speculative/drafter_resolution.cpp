@@ -303,11 +303,22 @@ DecodeSetup decode_setup_from_options(const Model& target, DecodeOptions decode,
     calibration.target_name = std::filesystem::path(options.model_dir).filename().string();
     calibration.drafter_name = std::filesystem::path(choice.drafter_dir).filename().string();
     calibration.max_width = max_cap + 1;
-    std::string error;
-    setup.cap_policy = calibrated_cap_policy(target, setup.drafter, calibration, max_cap,
-                                             choice.mode == DecodeMode::dspark, &error);
-    explanation += error.empty() ? "; cap measured for this model+quant (override with --max-draft)"
-                                 : "; calibration failed (" + error + "), cap 2";
+    CalibratedCaps caps = calibrated_cap_policy(target, setup.drafter, calibration, max_cap,
+                                                choice.mode == DecodeMode::dspark);
+    setup.cap_policy = std::move(caps.policy);
+    if (!caps.error.empty()) {
+      explanation += "; calibration failed (" + caps.error + "), cap 2";
+    } else if (decode.auto_cap) {
+      explanation += "; cap chosen per round from this machine's measured costs";
+    } else if (caps.derived_cap == 0) {
+      explanation += fmt::format(
+          "; cap 0, plain steps: on this machine's measured costs no cap pays at the assumed "
+          "{:.0f} % acceptance (override with --max-draft N or auto)",
+          100 * kDerivedCapPrior);
+    } else {
+      explanation += fmt::format(
+          "; cap {} measured for this model+quant (override with --max-draft)", caps.derived_cap);
+    }
   }
   return setup;
 }

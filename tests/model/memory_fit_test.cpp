@@ -137,5 +137,36 @@ TEST(RoutingCounts, AForwardRecordsEveryRowOfEveryMoeLayer) {
   for (int64_t distinct : counts.distinct_per_layer()) EXPECT_GT(distinct, 2);
 }
 
+// A verify forward streams the union of the experts its rows route to (docs/performance.md §4).
+TEST(RoutingCounts, AForwardStreamsTheUnionOfItsRowsExperts) {
+  testing::TinyCheckpoint checkpoint(5);
+  testing::fill_nemotron(checkpoint, "M*EM-E");
+  const auto model = load_model(checkpoint.write());
+  std::vector<int32_t> tokens(40);
+  std::iota(tokens.begin(), tokens.end(), 3);
+  ForwardOutput out;
+  auto bytes_of = [&](int64_t rows) {
+    ModelState state = model->new_state();
+    RoutingCounts counts;
+    model->set_routing_counts(&counts);
+    model->forward(tokens.data(), rows, state, {rows - 1}, {}, out);
+    model->set_routing_counts(nullptr);
+    return std::make_pair(model->forward_weight_bytes(counts, rows), counts.distinct_per_layer());
+  };
+  const auto [one_row, one_row_experts] = bytes_of(1);
+  EXPECT_EQ(one_row, model->decode_weight_bytes());
+  EXPECT_EQ(one_row_experts, (std::vector<int64_t>{2, 2}));
+
+  const int64_t expert = model->routed_expert_bytes(2);
+  EXPECT_GT(expert, 0);
+  EXPECT_EQ(model->routed_expert_bytes(5), expert);
+  EXPECT_EQ(model->routed_expert_bytes(0), 0);
+  const int64_t embedding_row = model->forward_weight_bytes(RoutingCounts{}, 2) - one_row;
+  EXPECT_GT(embedding_row, 0);
+  const auto [forty_rows, experts] = bytes_of(40);
+  ASSERT_EQ(experts.size(), 2u);
+  EXPECT_EQ(forty_rows, one_row + 39 * embedding_row + (experts[0] - 2 + experts[1] - 2) * expert);
+}
+
 }  // namespace
 }  // namespace dspark

@@ -77,6 +77,25 @@ TEST_P(NemotronTest, ChunkedPrefillIsBitIdenticalToOneRun) {
   }
 }
 
+// Long prompts report progress after each chunk; a forward of one chunk or less says nothing.
+TEST_P(NemotronTest, PrefillProgressAfterEveryChunk) {
+  std::vector<std::pair<int64_t, int64_t>> calls;
+  const Model::PrefillProgress progress = [&](int64_t done, int64_t rows) {
+    calls.emplace_back(done, rows);
+  };
+  model_->set_prefill_chunk(30);
+  model_->set_prefill_progress(&progress);
+  ModelState state = model_->new_state();
+  logits_of(*model_, state, token_run(70, 3), false);
+  EXPECT_EQ(calls, (std::vector<std::pair<int64_t, int64_t>>{{30, 70}, {60, 70}, {70, 70}}));
+  calls.clear();
+  logits_of(*model_, state, token_run(30, 4), false);
+  EXPECT_TRUE(calls.empty());
+  model_->set_prefill_progress(nullptr);
+  logits_of(*model_, state, token_run(40, 5), false);
+  EXPECT_TRUE(calls.empty());
+}
+
 TEST_P(NemotronTest, VerifyRowsAreBitIdenticalToOneTokenDecoding) {
   const std::vector<int32_t> prompt = token_run(20, 5), run = token_run(9, 11);
   ModelState batched = model_->new_state(), single = model_->new_state();

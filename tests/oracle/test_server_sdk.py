@@ -290,6 +290,7 @@ def test_concurrent_clients_with_disconnects(server):
     metrics = server.get("/metrics")
     assert "dspark_requests_waiting 0" in metrics
     assert "dspark_requests_running 0" in metrics
+    assert "dspark_prefill_tokens_total 0" in metrics
     # 128 requests must not leave their states, buffers or threads behind; the margin covers the
     # HTTP threads' stacks and allocator arenas touched for the first time.
     rss_after = rss_bytes(server.proc.pid)

@@ -76,25 +76,25 @@ TEST_F(Calibrate, MeasuresEveryCostAndCachesIt) {
 }
 
 TEST_F(Calibrate, CapPolicyUsesTheMeasuredCurvesOrFallsBackToTwo) {
-  std::string error;
-  const CapPolicyFactory policy =
-      calibrated_cap_policy(*model_, DrafterFactory{}, options_, 7, true, &error);
-  EXPECT_EQ(error, "");
+  const CalibratedCaps caps = calibrated_cap_policy(*model_, DrafterFactory{}, options_, 7, true);
+  EXPECT_EQ(caps.error, "");
   CalibrationOptions sized = options_;
   sized.max_width = 8;
   const Calibration cached = calibrate(*model_, DrafterFactory{}, sized);
   EXPECT_TRUE(cached.from_cache);
-  EXPECT_EQ(policy(DecodeOptions{})->cap_for_round(), derive_cap(cached.curves, 7));
+  EXPECT_EQ(caps.derived_cap, derive_cap(cached.curves, 7));
+  EXPECT_EQ(caps.policy(DecodeOptions{})->cap_for_round(), caps.derived_cap);
 
   CalibrationOptions too_long = options_;
   too_long.context = 4096;  // beyond the model's 2048 positions
-  const CapPolicyFactory fallback =
-      calibrated_cap_policy(*model_, DrafterFactory{}, too_long, 7, true, &error);
-  EXPECT_NE(error.find("context"), std::string::npos);
+  const CalibratedCaps fallback =
+      calibrated_cap_policy(*model_, DrafterFactory{}, too_long, 7, true);
+  EXPECT_NE(fallback.error.find("context"), std::string::npos);
+  EXPECT_EQ(fallback.derived_cap, 2);
   DecodeOptions automatic;
   automatic.auto_cap = true;
-  EXPECT_EQ(fallback(DecodeOptions{})->cap_for_round(), 2);
-  EXPECT_EQ(fallback(automatic)->cap_for_round(), 2);
+  EXPECT_EQ(fallback.policy(DecodeOptions{})->cap_for_round(), 2);
+  EXPECT_EQ(fallback.policy(automatic)->cap_for_round(), 2);
 }
 
 TEST(CostCurvesJson, RoundTripsAndRefusesDamage) {

@@ -83,6 +83,15 @@ TEST(DeriveCap, MeasuredSurvivalOverridesThePrior) {
   EXPECT_EQ(derive_cap(curves, 7, std::vector<double>{0.95, 0.9, 0.01, 0.0, 0.0, 0.0, 0.0}), 2);
 }
 
+// A verify of two rows costing twice one row and a drafter costing half a row: at p = 0.7 a cap-1
+// round commits 1.7 tokens in 2.5 rows' time, a plain step 1 in 1, and longer caps do worse.
+TEST(DeriveCap, PlainDecodingWhenNoCapPays) {
+  const CostCurves curves = curves_of({10, 20, 30, 40}, {5, 10, 15});
+  EXPECT_EQ(derive_cap(curves, 3), 0);
+  EXPECT_EQ(derive_cap(curves, 3, 0.99), 0);  // 1.99 / 25 < 1 / 10 even so
+  EXPECT_EQ(make_cap_policy_factory(curves, 3, true)(DecodeOptions{})->cap_for_round(), 0);
+}
+
 TEST(DeriveCap, DepthShrinksTheCap) {
   CostCurves curves = curves_of({10, 10, 10, 10, 10, 10, 10, 10});
   curves.slope_widths = {1, 8};
@@ -158,20 +167,47 @@ TEST(AutoCapController, FallingAcceptanceLowersTheCap) {
   EXPECT_EQ(std::count(sim.caps.end() - 100, sim.caps.end(), 0), 0);
 }
 
-TEST(AutoCapController, ParksWhenSpeculationLosesAndProbes) {
+TEST(AutoCapController, ParksWhenSpeculationLosesAndProbesLessAndLess) {
   const CostCurves curves = controller_curves();
   AutoCapController controller(curves, 7);
   Simulation sim{controller, curves};
-  sim.run(300, 0.02);
+  sim.run(400, 0.0);
   EXPECT_TRUE(controller.parked());
-  // While parked: eight plain steps, then one cap-1 probe.
-  const std::vector<int> tail(sim.caps.end() - 45, sim.caps.end());
-  int probes = 0;
-  for (int cap : tail) {
-    EXPECT_LE(cap, 1);
-    probes += cap;
+  // While parked: plain steps and cap-1 probes, 8 plain steps apart at first, twice as far after
+  // each rejected probe, at most 64.
+  const auto parked_at = std::find(sim.caps.begin(), sim.caps.end(), 0);
+  ASSERT_NE(parked_at, sim.caps.end());
+  std::vector<int64_t> gaps;
+  int64_t plain = 0;
+  for (auto it = parked_at; it != sim.caps.end(); ++it) {
+    ASSERT_LE(*it, 1);
+    if (*it == 0) {
+      ++plain;
+    } else {
+      gaps.push_back(plain);
+      plain = 0;
+    }
   }
-  EXPECT_EQ(probes, 5);
+  ASSERT_GE(gaps.size(), 5u);
+  EXPECT_EQ(std::vector<int64_t>(gaps.begin(), gaps.begin() + 5),
+            (std::vector<int64_t>{8, 16, 32, 64, 64}));
+  EXPECT_EQ(controller.probe_gap(), 64);
+}
+
+// One accepted probe draft brings the probes back to every 8 plain steps.
+TEST(AutoCapController, AnAcceptedProbeResetsTheProbeGap) {
+  const CostCurves curves = controller_curves();
+  AutoCapController controller(curves, 7);
+  Simulation sim{controller, curves};
+  sim.run(400, 0.0);
+  ASSERT_EQ(controller.probe_gap(), 64);
+  for (int round = 0; round < 200; ++round) {
+    const int cap = controller.cap_for_round();
+    if (cap == 0) continue;
+    controller.on_round(cap, 1, curves.round_ms(cap, 512) / 1000.0, 2);
+    break;
+  }
+  EXPECT_EQ(controller.probe_gap(), 8);
 }
 
 TEST(AutoCapController, NeverParksWithoutPermissionOrEnoughObservations) {
