@@ -1,7 +1,7 @@
 // Speculative verify forwards on the default model (SmolLM2-135M-Instruct, 4-bit, group 32, or
 // DSPARK_VERIFY_MODEL):
 // one forward of `width` rows after a 64-token context, logits for every row (as the verify step
-// asks), rolled back after each timing so the context depth stays fixed. BM_VerifyAttention: the
+// asks), restored after each timing so the context depth stays fixed. BM_VerifyAttention: the
 // attention calls of such a forward alone. (quant_bench --benchmark_filter=smollm2 times the
 // model's quantized products alone at the same widths.)
 //
@@ -78,6 +78,10 @@ void BM_VerifyForward(benchmark::State& state) {
   dspark::ForwardOutput out;
   const std::vector<int32_t> context = synthetic_tokens(kContext, model->vocab_size(), 0);
   model->forward(context.data(), kContext, sequence, {kContext - 1}, {}, out);
+  // Restored rather than trimmed: a recurrent (Mamba) state cannot be trimmed after a forward of
+  // one row, which the verify loop does not record.
+  const dspark::StateSnapshot after_context = sequence.snapshot();
+  sequence.set_recording(width > 1);
   const std::vector<int32_t> rows = synthetic_tokens(width, model->vocab_size(), kContext);
   std::vector<int64_t> logit_rows(width);
   std::iota(logit_rows.begin(), logit_rows.end(), 0);
@@ -88,7 +92,7 @@ void BM_VerifyForward(benchmark::State& state) {
     const double elapsed = dspark::now_seconds() - start;
     state.SetIterationTime(elapsed);
     total += elapsed;
-    sequence.trim(kContext);
+    sequence.restore(after_context);
   }
   const double seconds = total / static_cast<double>(state.iterations());
   forward_seconds()[width] = seconds;
@@ -103,7 +107,6 @@ void BM_VerifyForward(benchmark::State& state) {
   model->set_routing_counts(&routing);
   model->forward(rows.data(), width, sequence, logit_rows, {}, out);
   model->set_routing_counts(nullptr);
-  sequence.trim(kContext);
   const std::vector<int64_t> distinct = routing.distinct_per_layer();
   if (!distinct.empty()) {
     const double touched = static_cast<double>(model->forward_weight_bytes(routing, width));

@@ -72,7 +72,7 @@ class AutoCapController : public CapPolicy {
     double hysteresis = 1.03;
     int repick_every = 4;
     bool allow_parking = true;  // DSpark only
-    int min_obs_to_park = 24;
+    int min_obs_to_park = 12;
     int probe_every = 8;
     int max_probe_every = 64;
     double t_alpha = 0.1;

@@ -85,13 +85,15 @@ std::string model_display(const DrafterCliOptions& options) {
   return options.model.empty() ? basename_of(options.model_dir) : options.model;
 }
 
-// The names the model goes by: its --model basename and its directory's, without quantisation.
+// The names the model goes by: its --model basename and its directory's, each as it is (a head
+// made for this quantisation: "X-4bit-DSpark") and without the quantisation ("X-DSpark").
 std::vector<std::string> model_stems(const DrafterCliOptions& options) {
   std::vector<std::string> stems;
   for (const std::string& name : {basename_of(options.model), basename_of(options.model_dir)}) {
-    const std::string stem = without_quantization_suffix(name);
-    if (!stem.empty() && std::find(stems.begin(), stems.end(), stem) == stems.end()) {
-      stems.push_back(stem);
+    for (const std::string& stem : {name, without_quantization_suffix(name)}) {
+      if (!stem.empty() && std::find(stems.begin(), stems.end(), stem) == stems.end()) {
+        stems.push_back(stem);
+      }
     }
   }
   return stems;

@@ -221,7 +221,7 @@ TEST(AutoCapController, NeverParksWithoutPermissionOrEnoughObservations) {
 
   AutoCapController fresh(curves, 7);
   Simulation early{fresh, curves};
-  early.run(20, 0.0);  // 20 rounds give 20 failures: fewer than the 24 parking needs
+  early.run(10, 0.0);  // 10 rounds give 10 failures: fewer than the 12 parking needs
   EXPECT_EQ(*std::min_element(early.caps.begin(), early.caps.end()), 1);
 }
 

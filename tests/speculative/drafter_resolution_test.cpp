@@ -180,6 +180,11 @@ TEST(DrafterResolution, DiscoversDraftersByNameBesideTheModelAndInTheModelsDir) 
   EXPECT_NE(choice.reason.find(beside), std::string::npos) << choice.reason;
   options.mode = "dflash";
   EXPECT_EQ(resolve_drafter(options).drafter_dir, dflash);
+
+  // A head named after the quantised directory itself comes first.
+  const std::string quantised = tree.dir("elsewhere/Target-4bit-DSpark", kDSparkConfig);
+  options.mode = "auto";
+  EXPECT_EQ(resolve_drafter(options).drafter_dir, quantised);
 }
 
 TEST(DrafterResolution, HubCompanionsThenTheRegistry) {
