@@ -14,12 +14,13 @@ convert_hf_to_gguf.py and `dspark convert --hf` (docs/benchmarks/nemotron-h-llam
     make_reduced_nemotron_hf.py OUT_DIR [--layers 8]
     make_reduced_nemotron_hf.py OUT_DIR --balance-routers TOOL --mlx MLX_DIR
 
-The numbers follow scripts/make_synthetic_nano.py's recipe, in bf16 instead of quantized codes: every
-matrix uniform in ±1.7/√in (what its uniform 4-bit codes dequantize to), the routed and shared down
-projections zero-sum in every block of 8 inputs (the second half the negation of the first, as its
-complemented codes), its router rows and correction bias, Mamba-2's A_log / dt_bias initialisation,
-unit norms and D. The tokenizer is the Nemotron-structured fixture (tests/fixtures/nemotron-tiny,
-8,000 tokens); ids past it are unused.
+The numbers follow scripts/make_synthetic_nano.py's recipe, in bf16 instead of quantized codes:
+every matrix uniform in ±1.7/√in (what its uniform 4-bit codes dequantize to), the routed and
+shared down projections zero-sum in every block of 8 inputs (the second half the negation of the
+first, as its complemented codes), its router rows and correction bias, Mamba-2's A_log / dt_bias
+initialisation, unit norms and D. The tokenizer is the Nemotron-structured fixture
+(tests/fixtures/nemotron-tiny, 8,000 tokens); ids past it are unused. MEMEM*EM holds 4 Mamba-2,
+3 MoE and 1 attention layer.
 
 `--balance-routers` is make_synthetic_nano's router balancing: it runs on MLX_DIR (this checkpoint
 after `dspark convert --hf`, whose router weights are the same bf16 values and whose correction
@@ -224,7 +225,8 @@ def main(argv):
             parser.error("--balance-routers needs --mlx MLX_DIR")
         nano.balance_routers(args.mlx, args.balance_routers, log=log)
         copy_biases(Path(args.mlx), out, log=log)
-        (out / "router_balance.json").write_bytes((Path(args.mlx) / "router_balance.json").read_bytes())
+        record = (Path(args.mlx) / "router_balance.json").read_bytes()
+        (out / "router_balance.json").write_bytes(record)
         return 0
     if not 1 <= args.layers <= len(NANO_PATTERN):
         parser.error(f"--layers must be in 1..{len(NANO_PATTERN)}")
