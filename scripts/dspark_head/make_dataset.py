@@ -4,9 +4,10 @@
 
     make_dataset.py PROMPTS_DIR DATA_DIR [--split train|heldout] [--limit N] [--minutes M]
 
-Shard k of a split answers prompts [k*B, (k+1)*B) of its list (train.jsonl in order; the held-out
-suites chat, code, math, each prompt once greedy and once at temperature 1 with seed 1) and is
-written as DATA_DIR/<split>/shard-k.{json,bin}. A shard that exists is skipped, so an interrupted
+Shard k of a split answers prompts [k*B, (k+1)*B) of its list (train.jsonl in order, answers of
+up to 160 tokens; the held-out suites chat, code, math, every prompt greedy and the first
+HELD_OUT_SAMPLED of each suite also at temperature 1 with seed 1, up to 128 tokens) and is written
+as DATA_DIR/<split>/shard-k.{json,bin}. A shard that exists is skipped, so an interrupted
 run resumes; --minutes stops starting new shards after M minutes (a shard takes about a minute on
 two cores), --limit caps the prompts used. Every shard's taps are the CANDIDATE_TAPS layers, from
 which training picks its subset.
@@ -25,7 +26,8 @@ MODEL = Path(os.environ.get("DSPARK_MODELS_DIR", Path.home() / ".cache/dspark/mo
 # Spread over the 30 layers; the last layer cannot be a tap (docs/speculative.md §9).
 CANDIDATE_TAPS = [1, 5, 9, 13, 17, 21, 25, 28]
 TOP_K = 32
-MAX_TOKENS = 192
+MAX_TOKENS = {"train": 160, "heldout": 128}
+HELD_OUT_SAMPLED = 8
 SHARD_PROMPTS = 8
 
 
@@ -34,9 +36,10 @@ def split_prompts(prompts_dir, split):
         return [json.loads(line) for line in (prompts_dir / "train.jsonl").read_text().splitlines()]
     prompts = []
     for suite in ("chat", "code", "math"):
-        for line in (prompts_dir / "heldout" / f"{suite}.jsonl").read_text().splitlines():
+        lines = (prompts_dir / "heldout" / f"{suite}.jsonl").read_text().splitlines()
+        for i, line in enumerate(lines):
             record = json.loads(line)
-            for temperature in (0.0, 1.0):
+            for temperature in (0.0, 1.0) if i < HELD_OUT_SAMPLED else (0.0,):
                 prompts.append({"id": f"{record['id']}@T{temperature:g}", "suite": suite,
                                 "text": record["prompt"], "temperature": temperature, "seed": 1})
     return prompts
@@ -68,7 +71,7 @@ def main():
             return 0
         batch = prompts[k * SHARD_PROMPTS:(k + 1) * SHARD_PROMPTS]
         script = {"model": args.model, "taps": CANDIDATE_TAPS, "top_k": TOP_K,
-                  "max_tokens": MAX_TOKENS,
+                  "max_tokens": MAX_TOKENS[args.split],
                   "prompts": [{key: p[key] for key in ("id", "text", "temperature", "seed")}
                               for p in batch]}
         script_path = out / f"shard-{k:05d}.script.json"
