@@ -159,7 +159,7 @@ def main():
     parser.add_argument("--markov-rank", type=int, default=64)
     parser.add_argument("--init-layer", type=int, default=-1,
                         help="first target layer the backbone starts from (-1: the one after "
-                             "the deepest tap)")
+                             "the deepest tap, or the last ones)")
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--minutes", type=float, default=0.0)
     parser.add_argument("--sequences-per-step", type=int, default=4)
@@ -191,7 +191,10 @@ def main():
     config = dspark_head.head_config(target.config, layers, args.layers, args.markov_rank)
     torch.manual_seed(args.seed)
     head = dspark_head.DSparkHead(config, target.embedding())
-    head.init_from_target(target, max(layers) + 1 if args.init_layer < 0 else args.init_layer)
+    first = args.init_layer
+    if first < 0:
+        first = min(max(layers) + 1, target.config["num_hidden_layers"] - args.layers)
+    head.init_from_target(target, first)
     optimizer = torch.optim.AdamW(head.parameters(), lr=args.lr, weight_decay=0.0)
     step, history = 0, []
     checkpoint_path = args.run_dir / "checkpoint.pt"
