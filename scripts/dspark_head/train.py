@@ -1,0 +1,266 @@
+#!/usr/bin/env python3
+"""Trains the default model's DSpark head on make_dataset.py's shards (docs/training.md).
+
+    train.py DATA_DIR RUN_DIR [--steps N] [--minutes M] [--taps 9,17,25] [--layers 1]
+             [--markov-rank 64] [...]
+
+Resumable: RUN_DIR/checkpoint.pt holds the weights, the optimizer and the step; run the same
+command again to go on. --minutes ends this invocation (after a checkpoint) when its time is
+spent, so training runs in chunks that other work can interleave with; --steps is the length of
+the whole run (the learning-rate schedule's). Every step's data draw is seeded by (seed, step), so
+chunk boundaries do not change the result. Each invocation writes RUN_DIR/log.jsonl (appended),
+RUN_DIR/loss.png and the exported head RUN_DIR/head/ (config.json + bf16 model.safetensors).
+
+Loss per block, after the DSpark paper (Markov-biased slot logits, three terms):
+  w_i = exp(-i / gamma) for slot i = 0..6 (near slots matter most: a miss ends the round)
+  CE_i  cross-entropy of the slot's Markov-biased logits against the target's greedy token
+  L1_i  |softmax(draft) - p_target|_1 over the target's top-32 tokens plus the rest's mass (the
+        distribution distillation that T > 0 acceptance, 1 - L1/2, rewards)
+  BCE_i the confidence head against the slot's acceptance probability sum_v min(p, q), on
+        detached features (it calibrates; it does not steer the drafter)
+  loss = sum_i w_i (0.1 CE_i + 0.9 L1_i) / sum_i w_i + mean_i BCE_i
+"""
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import dspark_head  # noqa: E402
+
+MODEL = Path.home() / ".cache/dspark/models/SmolLM2-135M-Instruct"
+CE_ALPHA, L1_ALPHA, CONFIDENCE_ALPHA = 0.1, 0.9, 1.0
+
+
+def block_batch(sequence, anchors, layers):
+    """Everything one sequence's blocks need: fused taps, anchors and per slot the previous
+    token, the target's greedy token, its top-k distribution and whether the slot exists."""
+    W = dspark_head.BLOCK_SIZE
+    n = len(sequence.tokens)
+    rows = anchors[:, None] + np.arange(W)[None, :]  # the row whose next token slot i predicts
+    valid = rows + 1 < n
+    rows = np.minimum(rows, n - 1)
+    tokens = sequence.tokens
+    return {
+        "taps": sequence.fused_taps(layers)[: anchors.max()],
+        "anchors": torch.from_numpy(anchors),
+        "anchor_tokens": torch.from_numpy(tokens[anchors]),
+        "prev": torch.from_numpy(tokens[rows]),
+        "label": torch.from_numpy(sequence.top_ids[rows, 0].astype(np.int64)),
+        "top_ids": torch.from_numpy(sequence.top_ids[rows].astype(np.int64)),
+        "top_probs": torch.from_numpy(sequence.top_probs[rows].copy()),
+        "valid": torch.from_numpy(valid),
+    }
+
+
+def block_losses(head, batch, gamma):
+    context = head.context(batch["taps"])
+    hidden = head.backbone(context, batch["anchors"], batch["anchor_tokens"])
+    logits, confidence = head.slot_outputs(hidden, batch["prev"])
+    log_q = F.log_softmax(logits, dim=-1)
+    ce = -log_q.gather(-1, batch["label"][..., None]).squeeze(-1)
+    q_top = log_q.gather(-1, batch["top_ids"]).exp()
+    p_top = batch["top_probs"]
+    l1 = (q_top - p_top).abs().sum(-1) + ((1 - q_top.sum(-1)) - (1 - p_top.sum(-1))).abs()
+    accept = torch.minimum(q_top, p_top).sum(-1).detach()
+    bce = F.binary_cross_entropy_with_logits(confidence, accept, reduction="none")
+    valid = batch["valid"].float()
+    slot_weight = torch.exp(-torch.arange(dspark_head.BLOCK_SIZE, dtype=torch.float32) / gamma)
+    weights = valid * slot_weight
+    draft_loss = ((CE_ALPHA * ce + L1_ALPHA * l1) * weights).sum() / weights.sum()
+    confidence_loss = (bce * valid).sum() / valid.sum()
+    greedy_hit = (logits.argmax(-1) == batch["label"]).float()
+    return {"loss": draft_loss + CONFIDENCE_ALPHA * confidence_loss,
+            "ce": (ce * weights).sum() / weights.sum(), "l1": (l1 * weights).sum() / weights.sum(),
+            "bce": confidence_loss,
+            "slot_hit": (greedy_hit * valid).sum(0) / valid.sum(0).clamp(min=1)}
+
+
+def sample_anchors(sequence, count, rng, prompt_share):
+    """Anchors from the answer (where decoding drafts) and, prompt_share of them, from the
+    prompt (real text the target reads, labelled with the target's own predictions)."""
+    n, start = len(sequence.tokens), sequence.prompt_tokens
+    answer = np.arange(start, n - 1)
+    prompt = np.arange(1, start)
+    n_prompt = min(len(prompt), int(round(count * prompt_share))) if len(answer) else \
+        min(len(prompt), count)
+    n_answer = min(len(answer), count - n_prompt)
+    picks = [rng.choice(answer, n_answer, replace=False)] if n_answer else []
+    if n_prompt:
+        picks.append(rng.choice(prompt, n_prompt, replace=False))
+    return np.sort(np.concatenate(picks)).astype(np.int64)
+
+
+def evaluate(head, sequences, layers, gamma, anchors_per_sequence):
+    """Held-out losses and teacher-forced greedy slot hit rates on fixed anchors."""
+    totals, count = {}, 0
+    rng = np.random.default_rng(0)
+    with torch.no_grad():
+        for sequence in sequences:
+            if len(sequence.tokens) - sequence.prompt_tokens < 2:
+                continue
+            anchors = sample_anchors(sequence, anchors_per_sequence, rng, 0.0)
+            out = block_losses(head, block_batch(sequence, anchors, layers), gamma)
+            for key, value in out.items():
+                totals[key] = totals.get(key, 0) + value
+            count += 1
+    return {k: (v / count).tolist() for k, v in totals.items()}
+
+
+def lr_at(step, steps, peak, warmup):
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    return peak * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
+
+
+def plot(history, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    train = [h for h in history if h["kind"] == "train"]
+    evals = [h for h in history if h["kind"] == "eval"]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    steps = [h["step"] for h in train]
+    loss = np.array([h["loss"] for h in train])
+    smooth = np.convolve(loss, np.ones(25) / 25, mode="valid") if len(loss) >= 25 else loss
+    axes[0].plot(steps, loss, alpha=0.3, label="train (per step)")
+    axes[0].plot(steps[len(steps) - len(smooth):], smooth, label="train (25-step mean)")
+    axes[0].plot([h["step"] for h in evals], [h["loss"] for h in evals], "o-",
+                 label="held-out")
+    axes[0].set_xlabel("optimizer step")
+    axes[0].set_ylabel("loss")
+    axes[0].legend()
+    axes[0].set_title("DSpark head loss")
+    if evals:
+        hits = np.array([h["slot_hit"] for h in evals])
+        for i in range(hits.shape[1]):
+            axes[1].plot([h["step"] for h in evals], hits[:, i], label=f"slot {i}")
+        axes[1].set_xlabel("optimizer step")
+        axes[1].set_ylabel("held-out greedy top-1 = target (teacher forced)")
+        axes[1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("data_dir", type=Path)
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--model", type=Path, default=MODEL)
+    parser.add_argument("--taps", default="9,17,25")
+    parser.add_argument("--layers", type=int, default=1)
+    parser.add_argument("--markov-rank", type=int, default=64)
+    parser.add_argument("--init-layer", type=int, default=-1,
+                        help="first target layer the backbone starts from (-1: the one after "
+                             "the deepest tap, or the last ones)")
+    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--minutes", type=float, default=0.0)
+    parser.add_argument("--sequences-per-step", type=int, default=4)
+    parser.add_argument("--anchors", type=int, default=24)
+    parser.add_argument("--prompt-share", type=float, default=0.25)
+    parser.add_argument("--lr", type=float, default=6e-4)
+    parser.add_argument("--warmup", type=int, default=50)
+    parser.add_argument("--gamma", type=float, default=4.0)
+    parser.add_argument("--max-rows", type=int, default=768)
+    parser.add_argument("--eval-every", type=int, default=100)
+    parser.add_argument("--seed", type=int, default=19)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    start = time.monotonic()
+    args.run_dir.mkdir(parents=True, exist_ok=True)
+    settings_path = args.run_dir / "settings.json"
+    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()
+                if k not in ("minutes", "threads", "data_dir", "run_dir", "model")}
+    if settings_path.exists():
+        saved = json.loads(settings_path.read_text())
+        if saved != settings:
+            sys.exit(f"{settings_path} holds other settings ({saved}); use a new RUN_DIR")
+    else:
+        settings_path.write_text(json.dumps(settings, indent=2))
+
+    layers = [int(x) for x in args.taps.split(",")]
+    target = dspark_head.Target(args.model)
+    config = dspark_head.head_config(target.config, layers, args.layers, args.markov_rank)
+    torch.manual_seed(args.seed)
+    head = dspark_head.DSparkHead(config, target.embedding())
+    first = args.init_layer
+    if first < 0:
+        first = min(max(layers) + 1, target.config["num_hidden_layers"] - args.layers)
+    head.init_from_target(target, first)
+    optimizer = torch.optim.AdamW(head.parameters(), lr=args.lr, weight_decay=0.0)
+    step, history = 0, []
+    checkpoint_path = args.run_dir / "checkpoint.pt"
+    if checkpoint_path.exists():
+        state = torch.load(checkpoint_path, weights_only=False)
+        head.load_state_dict(state["head"])
+        optimizer.load_state_dict(state["optimizer"])
+        step, history = state["step"], state["history"]
+        print(f"resumed at step {step}", flush=True)
+
+    train = [s for s in dspark_head.read_shards(args.data_dir / "train")
+             if len(s.tokens) - s.prompt_tokens >= 2]
+    held_out = [s for s in dspark_head.read_shards(args.data_dir / "heldout")]
+    for s in train:
+        if len(s.tokens) > args.max_rows:
+            s.tokens, s.taps = s.tokens[: args.max_rows], s.taps[: args.max_rows]
+            s.top_ids, s.top_probs = s.top_ids[: args.max_rows], s.top_probs[: args.max_rows]
+    answer_tokens = sum(len(s.tokens) - s.prompt_tokens for s in train)
+    print(f"{len(train)} training sequences ({answer_tokens} answer tokens), "
+          f"{len(held_out)} held-out", flush=True)
+
+    def save():
+        state = {"head": head.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
+                 "history": history}
+        torch.save(state, str(checkpoint_path) + ".partial")
+        Path(str(checkpoint_path) + ".partial").replace(checkpoint_path)
+
+    log = open(args.run_dir / "log.jsonl", "a")
+    while step < args.steps:
+        if args.minutes and time.monotonic() - start > args.minutes * 60:
+            break
+        rng = np.random.default_rng([args.seed, step])
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step, args.steps, args.lr, args.warmup)
+        optimizer.zero_grad()
+        sums = {}
+        for index in rng.choice(len(train), args.sequences_per_step, replace=False):
+            sequence = train[index]
+            anchors = sample_anchors(sequence, args.anchors, rng, args.prompt_share)
+            out = block_losses(head, block_batch(sequence, anchors, layers), args.gamma)
+            (out["loss"] / args.sequences_per_step).backward()
+            for key in ("loss", "ce", "l1", "bce"):
+                sums[key] = sums.get(key, 0.0) + out[key].item() / args.sequences_per_step
+        torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
+        optimizer.step()
+        step += 1
+        record = {"kind": "train", "step": step, "lr": optimizer.param_groups[0]["lr"], **sums}
+        history.append(record)
+        log.write(json.dumps(record) + "\n")
+        if step % 10 == 0:
+            print(f"step {step}/{args.steps} loss {sums['loss']:.4f} ce {sums['ce']:.3f} "
+                  f"l1 {sums['l1']:.3f} bce {sums['bce']:.3f} "
+                  f"({time.monotonic() - start:.0f} s)", flush=True)
+        if step % args.eval_every == 0 or step == args.steps:
+            record = {"kind": "eval", "step": step,
+                      **evaluate(head, held_out, layers, args.gamma, 32)}
+            history.append(record)
+            log.write(json.dumps(record) + "\n")
+            print(f"held-out step {step}: loss {record['loss']:.4f} slot hits "
+                  + " ".join(f"{x:.2f}" for x in record["slot_hit"]), flush=True)
+            save()
+    save()
+    plot(history, args.run_dir / "loss.png")
+    head.export(args.run_dir / "head")
+    print(f"step {step}: exported {args.run_dir / 'head'}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
