@@ -223,6 +223,25 @@ struct Server::Impl {
   // writes the headers and the body of a plain response after the handler, and a shutdown that
   // closed the sockets in between would cut the body.
   std::atomic<int> unwritten{0};
+  // httplib's stop() does nothing until its accept loop runs, so a stop that comes before (a
+  // model that fails to load at once) is remembered here and the loop is never entered.
+  std::mutex listener_mutex;
+  bool listener_stop_requested = false;
+  bool listener_entered = false;
+  std::atomic<bool> listener_returned{false};
+
+  void stop_listener() {
+    {
+      std::lock_guard lock(listener_mutex);
+      listener_stop_requested = true;
+      if (!listener_entered) return;
+    }
+    // Entered but maybe not yet running: wait for the loop so that stop() reaches it.
+    while (!http.is_running() && !listener_returned) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    http.stop();
+  }
 
   // Counts one request in `active` for as long as it lives.
   struct ActiveRequest {
@@ -859,7 +878,13 @@ int Server::bind() {
 }
 
 void Server::listen() {
+  {
+    std::lock_guard lock(impl_->listener_mutex);
+    if (impl_->listener_stop_requested) return;
+    impl_->listener_entered = true;
+  }
   impl_->http.listen_after_bind();
+  impl_->listener_returned = true;
 }
 
 void Server::shutdown(double grace_seconds, const std::function<bool()>& hurry) {
@@ -879,7 +904,7 @@ void Server::shutdown(double grace_seconds, const std::function<bool()>& hurry) 
   while ((impl_->active > 0 || impl_->unwritten > 0) && now_seconds() < flush_deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  impl_->http.stop();
+  impl_->stop_listener();
   // Idle keep-alive connections and half-sent requests would hold their threads (and the exit)
   // for the keep-alive or read timeout; closing them ends those threads now.
   for_each_client_socket(impl_->port, [](int fd, int) {
@@ -893,7 +918,7 @@ void Server::stop() {
     std::lock_guard lock(impl_->engine_mutex);
     if (impl_->engine) impl_->engine->shutdown();
   }
-  impl_->http.stop();
+  impl_->stop_listener();
 }
 
 void Server::set_engine(std::unique_ptr<Engine> engine) {

@@ -42,7 +42,8 @@ class Server {
 
   // Binds (port 0 = an ephemeral port); returns the bound port. Throws when binding fails.
   int bind();
-  // Serves until stop(); call from one thread.
+  // Serves until stop() or shutdown(), returning at once when one came first; call from one
+  // thread.
   void listen();
   // Refuses new generations (503), lets queued and running ones finish for up to `grace_seconds`
   // (less once `hurry` says so), cancels what is left, lets the cut answers go out (at most about

@@ -9,6 +9,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <future>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -153,6 +156,27 @@ TEST(ServerBind, PortsOutsideTheRangeAreRefused) {
   options.port = 99999;
   Server server(options);
   EXPECT_THROW(server.bind(), Error);
+}
+
+// A model that fails to load stops the server from another thread, often before listen() has
+// started httplib's accept loop; the stop must not be lost in between (it once hung the process).
+TEST(ServerBind, AStopBeforeOrWhileListenStartsEndsTheListener) {
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    ServerOptions options;
+    options.port = 0;
+    Server server(options);
+    server.bind();
+    std::thread stopper([&] {
+      if (attempt % 2 == 1) std::this_thread::sleep_for(std::chrono::microseconds(attempt * 5));
+      server.shutdown(0);
+    });
+    auto listened = std::async(std::launch::async, [&] { server.listen(); });
+    if (listened.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+      std::fprintf(stderr, "listen() outlived a stop on attempt %d\n", attempt);
+      std::_Exit(1);  // the listener never returns, so neither would this test's teardown
+    }
+    stopper.join();
+  }
 }
 
 }  // namespace
