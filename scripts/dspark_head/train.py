@@ -166,6 +166,9 @@ def main():
                              "the deepest tap, or the last ones)")
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--minutes", type=float, default=0.0)
+    parser.add_argument("--until-step", type=int, default=0,
+                        help="end this invocation at this step (a rebuild of a run that was "
+                             "stopped early stops where it did)")
     parser.add_argument("--sequences-per-step", type=int, default=4)
     parser.add_argument("--anchors", type=int, default=24)
     parser.add_argument("--prompt-share", type=float, default=0.25)
@@ -186,7 +189,7 @@ def main():
     args.run_dir.mkdir(parents=True, exist_ok=True)
     settings_path = args.run_dir / "settings.json"
     settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()
-                if k not in ("minutes", "threads", "data_dir", "run_dir", "model")}
+                if k not in ("minutes", "until_step", "threads", "data_dir", "run_dir", "model")}
     if settings_path.exists():
         saved = json.loads(settings_path.read_text())
         if saved != settings:
@@ -231,7 +234,7 @@ def main():
         Path(str(checkpoint_path) + ".partial").replace(checkpoint_path)
 
     log = open(args.run_dir / "log.jsonl", "a")
-    while step < args.steps:
+    while step < (args.until_step or args.steps):
         if args.minutes and time.monotonic() - start > args.minutes * 60:
             break
         rng = np.random.default_rng([args.seed, step])
