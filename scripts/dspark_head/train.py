@@ -268,6 +268,11 @@ def main():
             print(f"held-out step {step}: loss {record['loss']:.4f} slot hits "
                   + " ".join(f"{x:.2f}" for x in record["slot_hit"]), flush=True)
             save()
+    # Every invocation ends with held-out figures for the head it exports.
+    if not history or history[-1]["kind"] != "eval":
+        history.append({"kind": "eval", "step": step,
+                        **evaluate(head, held_out, layers, args, 32)})
+        log.write(json.dumps(history[-1]) + "\n")
     save()
     plot(history, args.run_dir / "loss.png")
     head.export(args.run_dir / "head")
