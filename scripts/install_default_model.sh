@@ -7,25 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 MODELS="${DSPARK_MODELS_DIR:-$HOME/.cache/dspark/models}"
 TARGET="$MODELS/SmolLM2-135M-Instruct"
-HEAD_SOURCE="data/dspark_head/SmolLM2-135M-Instruct-DSpark"
-HEAD="$TARGET-DSpark"
 DSPARK="${DSPARK_BIN:-build/dspark}"
-
-# Copied whole (aside, then renamed) whenever the installed files differ from the committed ones.
-install_head() {
-  if cmp -s "$HEAD_SOURCE/config.json" "$HEAD/config.json" &&
-    cmp -s "$HEAD_SOURCE/model.safetensors" "$HEAD/model.safetensors"; then
-    return
-  fi
-  rm -rf "$HEAD.partial"
-  cp -r "$HEAD_SOURCE" "$HEAD.partial"
-  rm -rf "$HEAD"
-  mv "$HEAD.partial" "$HEAD"
-  echo "default model: DSpark head installed in $HEAD"
-}
-
 if [[ -f "$TARGET/config.json" && -f "$TARGET/model.safetensors" ]]; then
-  install_head
   exit 0
 fi
 work="$(mktemp -d)"
@@ -45,4 +28,3 @@ mkdir -p "$MODELS"
 rm -rf "$TARGET"
 mv "$TARGET.partial" "$TARGET"
 echo "default model: installed in $TARGET"
-install_head
