@@ -4,21 +4,20 @@
 #include <cmath>
 
 #include "base/error.h"
-#include "kernels/quant.h"
 
 namespace dspark {
 namespace {
 
-// An embedding row the way MLX's (quantized) embedding computes it.
+// An embedding row (own embed_tokens, Markov W1) dequantized in fp32, as the target's own
+// embedding is (Model::embed). Rounding s·q and then + b to the 16-bit scale dtype, as MLX does
+// for a bf16 head, would make these two lookups alone carry bf16 error (up to 2^-9 relative)
+// into an otherwise fp32 drafter: the Markov bias and the confidence features would then follow
+// neither mlx-dspark's bf16 arithmetic nor the fp32 arithmetic of everything else.
 void embedding_row(const LinearWeights& table, int64_t index, float* out) {
   if (index < 0 || index >= table.rows()) {
     fail("token {} is outside the drafter embedding of {} rows", index, table.rows());
   }
-  if (table.quantized) {
-    kernels::dequantize_rows_mlx(table.quant, 0, index, index + 1, out);
-  } else {
-    table.row(index, out);
-  }
+  table.row(index, out);
 }
 
 }  // namespace
