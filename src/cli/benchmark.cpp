@@ -28,7 +28,6 @@
 #include "speculative/cap.h"
 #include "speculative/decode_report.h"
 #include "speculative/drafter_resolution.h"
-#include "text/chat_template.h"
 
 namespace dspark::cli {
 namespace {
@@ -99,16 +98,9 @@ std::filesystem::path find_prompts_dir(const std::string& requested) {
 }
 
 std::vector<int32_t> render_prompt(const ModelBundle& bundle, const std::string& text) {
-  if (bundle.chat_template.empty())
-    return bundle.tokenizer->encode(text, /*add_special_tokens=*/true);
-  ChatTemplateInputs inputs;
-  inputs.messages.push_back({{"role", "user"}, {"content", text}});
-  inputs.add_generation_prompt = true;
-  if (!bundle.bos_token.empty()) inputs.bos_token = bundle.bos_token;
-  if (!bundle.eos_token.empty()) inputs.eos_token = bundle.eos_token;
-  const std::string rendered =
-      ChatTemplate(bundle.chat_template, bundle.name + " chat template").render(inputs);
-  return bundle.tokenizer->encode(rendered, /*add_special_tokens=*/false);
+  ChatPrompt prompt;
+  prompt.user = text;
+  return encode_chat_prompt(bundle, prompt);
 }
 
 std::vector<Prompt> load_prompts(const ModelBundle& bundle, const std::filesystem::path& dir,

@@ -22,7 +22,6 @@
 #include "hub/resolve.h"
 #include "speculative/decode.h"
 #include "speculative/decode_report.h"
-#include "text/chat_template.h"
 #include "text/detokenizer_stream.h"
 
 namespace dspark::cli {
@@ -74,35 +73,20 @@ std::shared_ptr<const constrain::Grammar> answer_grammar(const GenerateOptions& 
 }
 
 std::vector<int32_t> build_prompt(const ModelBundle& bundle, const GenerateOptions& options) {
-  if (options.no_chat_template || bundle.chat_template.empty()) {
-    std::string text =
-        options.system.empty() ? options.prompt : options.system + "\n\n" + options.prompt;
-    return bundle.tokenizer->encode(text, /*add_special_tokens=*/true);
-  }
-  ChatTemplateInputs inputs;
-  if (!options.system.empty()) {
-    inputs.messages.push_back({{"role", "system"}, {"content", options.system}});
-  }
-  inputs.messages.push_back({{"role", "user"}, {"content", options.prompt}});
-  inputs.add_generation_prompt = true;
+  ChatPrompt prompt;
+  prompt.system = options.system;
+  prompt.user = options.prompt;
+  prompt.no_chat_template = options.no_chat_template;
+  prompt.special_tokens_in_content = options.decode.special_tokens_in_content;
   if (!options.chat_template_config.empty()) {
     try {
-      inputs.kwargs = nlohmann::ordered_json::parse(options.chat_template_config);
+      prompt.template_kwargs = nlohmann::ordered_json::parse(options.chat_template_config);
     } catch (const nlohmann::json::exception& e) {
       fail("--chat-template-config is not valid JSON: {}", e.what());
     }
-    if (!inputs.kwargs.is_object()) fail("--chat-template-config must be a JSON object");
+    if (!prompt.template_kwargs.is_object()) fail("--chat-template-config must be a JSON object");
   }
-  if (!bundle.bos_token.empty()) inputs.bos_token = bundle.bos_token;
-  if (!bundle.eos_token.empty()) inputs.eos_token = bundle.eos_token;
-  if (!options.decode.special_tokens_in_content) {
-    inputs.mark_content = [&](std::string_view content) {
-      return bundle.tokenizer->mark_special_tokens(content);
-    };
-  }
-  const std::string text =
-      ChatTemplate(bundle.chat_template, bundle.name + " chat template").render(inputs);
-  return bundle.tokenizer->encode_marked(text, /*add_special_tokens=*/false);
+  return encode_chat_prompt(bundle, prompt);
 }
 
 // Distinct experts per routed layer and the busiest expert's share of its layer's choices: a

@@ -6,6 +6,7 @@
 #include "base/error.h"
 #include "base/file_io.h"
 #include "formats/checkpoint.h"
+#include "text/chat_template.h"
 
 namespace dspark {
 namespace fs = std::filesystem;
@@ -78,6 +79,31 @@ std::unique_ptr<ModelBundle> load_model_bundle(const std::string& model_dir) {
   std::sort(eos.begin(), eos.end());
   eos.erase(std::unique(eos.begin(), eos.end()), eos.end());
   return bundle;
+}
+
+std::vector<int32_t> encode_chat_prompt(const ModelBundle& bundle, const ChatPrompt& prompt) {
+  if (prompt.no_chat_template || bundle.chat_template.empty()) {
+    const std::string text =
+        prompt.system.empty() ? prompt.user : prompt.system + "\n\n" + prompt.user;
+    return bundle.tokenizer->encode(text, /*add_special_tokens=*/true);
+  }
+  ChatTemplateInputs inputs;
+  if (!prompt.system.empty()) {
+    inputs.messages.push_back({{"role", "system"}, {"content", prompt.system}});
+  }
+  inputs.messages.push_back({{"role", "user"}, {"content", prompt.user}});
+  inputs.add_generation_prompt = true;
+  inputs.kwargs = prompt.template_kwargs;
+  if (!bundle.bos_token.empty()) inputs.bos_token = bundle.bos_token;
+  if (!bundle.eos_token.empty()) inputs.eos_token = bundle.eos_token;
+  if (!prompt.special_tokens_in_content) {
+    inputs.mark_content = [&](std::string_view content) {
+      return bundle.tokenizer->mark_special_tokens(content);
+    };
+  }
+  const std::string rendered =
+      ChatTemplate(bundle.chat_template, bundle.name + " chat template").render(inputs);
+  return bundle.tokenizer->encode_marked(rendered, /*add_special_tokens=*/false);
 }
 
 }  // namespace dspark

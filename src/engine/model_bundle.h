@@ -29,4 +29,19 @@ struct ModelBundle {
 
 std::unique_ptr<ModelBundle> load_model_bundle(const std::string& model_dir);
 
+// One user turn (after an optional system turn) to be answered.
+struct ChatPrompt {
+  std::string system;  // empty: none
+  std::string user;
+  nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();
+  // Special-token text inside the turns (code and docs quote them) is plain text unless set.
+  bool special_tokens_in_content = false;
+  // The turns joined as plain text, with the tokenizer's special tokens, and no template.
+  bool no_chat_template = false;
+};
+
+// The prompt's token ids: the turns rendered by the model's chat template with the generation
+// prompt, or (no template, or no_chat_template) their text encoded as it is.
+std::vector<int32_t> encode_chat_prompt(const ModelBundle& bundle, const ChatPrompt& prompt);
+
 }  // namespace dspark

@@ -31,7 +31,6 @@
 #include "engine/generator.h"
 #include "engine/model_bundle.h"
 #include "tensor/dtype.h"
-#include "text/chat_template.h"
 
 namespace {
 
@@ -39,22 +38,9 @@ using namespace dspark;
 
 std::vector<int32_t> prompt_ids(const ModelBundle& bundle, const nlohmann::json& prompt) {
   if (prompt.contains("ids")) return prompt["ids"].get<std::vector<int32_t>>();
-  const std::string text = prompt.at("text").get<std::string>();
-  if (bundle.chat_template.empty()) {
-    return bundle.tokenizer->encode(text, /*add_special_tokens=*/true);
-  }
-  ChatTemplateInputs inputs;
-  inputs.messages.push_back({{"role", "user"}, {"content", text}});
-  inputs.add_generation_prompt = true;
-  if (!bundle.bos_token.empty()) inputs.bos_token = bundle.bos_token;
-  if (!bundle.eos_token.empty()) inputs.eos_token = bundle.eos_token;
-  // Special-token text inside a prompt (code and docs may quote them) stays plain text.
-  inputs.mark_content = [&](std::string_view content) {
-    return bundle.tokenizer->mark_special_tokens(content);
-  };
-  const std::string rendered =
-      ChatTemplate(bundle.chat_template, bundle.name + " chat template").render(inputs);
-  return bundle.tokenizer->encode_marked(rendered, /*add_special_tokens=*/false);
+  ChatPrompt chat;
+  chat.user = prompt.at("text").get<std::string>();
+  return encode_chat_prompt(bundle, chat);
 }
 
 // The k most probable tokens of one row and their softmax probabilities.
