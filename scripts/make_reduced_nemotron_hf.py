@@ -151,29 +151,9 @@ def build(out_dir, layers, log=lambda message: None):
     out.mkdir(parents=True, exist_ok=True)
     makers = [top_shard] + [lambda rng, i=i, k=k: layer_shard(rng, i, k)
                             for i, k in enumerate(pattern)]
-    files = [f"model-{i + 1:05d}-of-{len(makers):05d}.safetensors" for i in range(len(makers))]
-    for old in list(out.glob("model*.safetensors")) + list(out.glob("model*.safetensors.tmp")):
-        if old.name not in files:
-            old.unlink()
-    weight_map, total = {}, 0
-    for i, (make, file) in enumerate(zip(makers, files)):
-        # Shard i's numbers depend only on (SEED, "hf", i): any subset of shards can be rewritten.
-        shard = make(np.random.default_rng([SEED, 0x4846, i]))
-        recipe = json.dumps({"version": RECIPE_VERSION, "format": "hf-bf16", "shard": i,
-                             "kind": "top" if i == 0 else pattern[i - 1]})
-        if shard.is_written(out / file, recipe):
-            log(f"{file}: kept")
-        else:
-            shard.write(out / file, recipe)
-            log(f"{file}: written")
-        for name, _, _, size, _ in shard.entries:
-            weight_map[name] = file
-            total += size
-    index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
-    (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
-    (out / "config.json").write_text(json.dumps(config(pattern), indent=2) + "\n")
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        (out / name).write_bytes((nano.TOKENIZER / name).read_bytes())
+    # 0x4846 ("HF") keeps these numbers apart from the quantized checkpoints' (keyed by bits).
+    nano.write_shards(out, makers, 0x4846, {"version": RECIPE_VERSION, "format": "hf-bf16"},
+                      pattern, config(pattern), log)
     return out
 
 

@@ -370,21 +370,18 @@ def build_head(out_dir, target_layers, log=lambda message: None):
     return out
 
 
-def build(out_dir, layers, bits=4, log=lambda message: None):
-    pattern = NANO_PATTERN[:layers]
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    # Shard i's numbers depend only on (SEED, bits, i), so any subset of shards can be rewritten.
-    makers = [lambda rng: top_shard(rng, bits)]
-    makers += [lambda rng, i=i, k=k: layer_shard(rng, bits, i, k) for i, k in enumerate(pattern)]
+def write_shards(out, makers, rng_key, recipe_fields, pattern, config_json, log):
+    """Shard i = makers[i](rng [SEED, rng_key, i]) into out, kept where its recipe already
+    matches (any subset of shards can be rewritten), then the index, config.json and the
+    tokenizer; shards of another count are removed."""
     files = [f"model-{i + 1:05d}-of-{len(makers):05d}.safetensors" for i in range(len(makers))]
     for old in list(out.glob("model*.safetensors")) + list(out.glob("model*.safetensors.tmp")):
         if old.name not in files:
             old.unlink()
     weight_map, total = {}, 0
     for i, (make, file) in enumerate(zip(makers, files)):
-        shard = make(np.random.default_rng([SEED, bits, i]))
-        recipe = json.dumps({"version": RECIPE_VERSION, "bits": bits, "shard": i,
+        shard = make(np.random.default_rng([SEED, rng_key, i]))
+        recipe = json.dumps({**recipe_fields, "shard": i,
                              "kind": "top" if i == 0 else pattern[i - 1]})
         if shard.is_written(out / file, recipe):
             log(f"{file}: kept")
@@ -396,9 +393,19 @@ def build(out_dir, layers, bits=4, log=lambda message: None):
             total += size
     index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
     (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
-    (out / "config.json").write_text(json.dumps(config(pattern, bits), indent=2) + "\n")
+    (out / "config.json").write_text(json.dumps(config_json, indent=2) + "\n")
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copyfile(TOKENIZER / name, out / name)
+
+
+def build(out_dir, layers, bits=4, log=lambda message: None):
+    pattern = NANO_PATTERN[:layers]
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    makers = [lambda rng: top_shard(rng, bits)]
+    makers += [lambda rng, i=i, k=k: layer_shard(rng, bits, i, k) for i, k in enumerate(pattern)]
+    write_shards(out, makers, bits, {"version": RECIPE_VERSION, "bits": bits}, pattern,
+                 config(pattern, bits), log)
     (out / "recipe.json").unlink(missing_ok=True)  # version 1's whole-directory stamp
     return out
 

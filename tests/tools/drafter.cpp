@@ -22,6 +22,7 @@
 #include "speculative/decode.h"
 #include "speculative/dflash.h"
 #include "speculative/dspark.h"
+#include "tool_main.h"
 
 namespace {
 
@@ -118,14 +119,6 @@ int run(const std::string& script_path, const std::string& out_path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: dspark_tool_drafter SCRIPT.json OUT.json\n");
-    return 2;
-  }
-  try {
-    return run(argv[1], argv[2]);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
+  return dspark::tools::run_with_two_paths(argc, argv, "dspark_tool_drafter SCRIPT.json OUT.json",
+                                           run);
 }

@@ -31,6 +31,7 @@
 #include "engine/generator.h"
 #include "engine/model_bundle.h"
 #include "tensor/dtype.h"
+#include "tool_main.h"
 
 namespace {
 
@@ -142,14 +143,6 @@ int run(const std::string& script_path, const std::string& out_stem) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: dspark_tool_taps SCRIPT.json OUT_STEM\n");
-    return 2;
-  }
-  try {
-    return run(argv[1], argv[2]);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
+  return dspark::tools::run_with_two_paths(argc, argv, "dspark_tool_taps SCRIPT.json OUT_STEM",
+                                           run);
 }
