@@ -8,18 +8,21 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <thread>
 
 #include "base/error.h"
+#include "base/system_info.h"
 #include "base/thread_pool.h"
 #include "cli/commands.h"
 #include "cli/decode_flags.h"
 #include "cli/memory_check.h"
 #include "engine/model_bundle.h"
 #include "hub/resolve.h"
+#include "model/memory_fit.h"
 #include "server/server.h"
 
 namespace dspark::cli {
@@ -43,12 +46,26 @@ struct ServeOptions {
   int prefix_cache_slots = 2;
   int64_t prefix_cache_rungs = 8192;
   size_t max_queue = 64;
+  int parallel = 0;  // 0: as many slots as memory allows, at most kDefaultSlots
   double max_body_mb = 8.0;
   int threads = 0;
   double shutdown_grace = 5.0;
   std::string cors_origins;
   bool force = false;
 };
+
+// llama-server's default slot count.
+constexpr int kDefaultSlots = 4;
+
+// --parallel, or by default up to kDefaultSlots slots, fewer when the states of that many full
+// contexts do not fit in available memory beside the model's working set.
+int serve_slots(int requested, const Model& model, int64_t context) {
+  if (requested > 0) return requested;
+  const MemoryEstimate one = estimate_memory(model, context);
+  const int64_t spare = available_memory_bytes() - one.working_set();
+  const int64_t more = one.state_bytes > 0 ? spare / one.state_bytes : kDefaultSlots;
+  return static_cast<int>(std::clamp<int64_t>(1 + more, 1, kDefaultSlots));
+}
 
 std::vector<std::string> split_origins(const std::string& list) {
   std::vector<std::string> out;
@@ -153,8 +170,10 @@ void run_serve(const ServeOptions& options) {
       server::EngineOptions loaded = engine_options;
       loaded.decode = resolve_decode_flags(options.decode, options.model, options.models_dir,
                                            *bundle, explanation);
-      fmt::print(stderr, "dspark serve: model {} ({}) ready, {}\n", bundle->name,
-                 bundle->model->architecture(), explanation);
+      loaded.parallel = serve_slots(options.parallel, *bundle->model, context);
+      fmt::print(stderr, "dspark serve: model {} ({}) ready, {} slot{}, {}\n", bundle->name,
+                 bundle->model->architecture(), loaded.parallel, loaded.parallel == 1 ? "" : "s",
+                 explanation);
       std::fflush(stderr);
       if (!stopping) {
         server.set_engine(
@@ -243,6 +262,11 @@ void add_serve_command(CLI::App& app) {
       ->capture_default_str();
   command->add_option("--max-queue", options->max_queue, "Waiting requests before 429")
       ->capture_default_str();
+  command
+      ->add_option("--parallel", options->parallel,
+                   "Generations decoded at once, their forwards batched (default: up to 4, as "
+                   "memory allows)")
+      ->check(CLI::Range(1, 64));
   command->add_option("--max-body-mb", options->max_body_mb, "Largest request body (MiB)")
       ->capture_default_str();
   command

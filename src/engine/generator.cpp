@@ -87,7 +87,8 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt, ModelSt
   std::vector<float> raw;
   const double prefill_start = now_seconds();
   const int64_t new_tokens = prompt_tokens - state.length();
-  model_.forward(prompt.data() + state.length(), new_tokens, state, {new_tokens - 1}, {}, output);
+  target_forward(model_, batcher_, prompt.data() + state.length(), new_tokens, state,
+                 {new_tokens - 1}, {}, output);
   result.stats.prefill_seconds = now_seconds() - prefill_start;
   const double decode_start = now_seconds();
 
@@ -139,8 +140,8 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt, ModelSt
         for (int64_t i = 0; wants_rows && i < static_cast<int64_t>(rows.size()); ++i) {
           logit_rows.push_back(i);
         }
-        model_.forward(rows.data(), static_cast<int64_t>(rows.size()), state, logit_rows, {},
-                       output);
+        target_forward(model_, batcher_, rows.data(), static_cast<int64_t>(rows.size()), state,
+                       logit_rows, {}, output);
         for (int64_t i = first_row; wants_rows && i < n; ++i) {
           describe(forced_tokens[i], output.logits.data() + (i - first_row) * vocab);
         }
@@ -154,7 +155,7 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt, ModelSt
       pending = forced->back();
       continue;
     }
-    if (pending) model_.forward(&*pending, 1, state, {0}, {}, output);
+    if (pending) target_forward(model_, batcher_, &*pending, 1, state, {0}, {}, output);
     float* logits = output.logits.data();
     CommittedToken token;
     if (sampling.top_logprobs > 0) {

@@ -11,6 +11,7 @@
 
 #include "engine/answer_constraint.h"
 #include "engine/forced_tokens.h"
+#include "engine/forward_batcher.h"
 #include "engine/sampler.h"
 #include "model/model.h"
 
@@ -77,7 +78,9 @@ int64_t tokens_left(const GenerationConfig& config, const Model& model, int64_t 
 
 class Generator {
  public:
-  explicit Generator(const Model& model) : model_(model) {}
+  // With a batcher, the target forwards are batched with other generations' (forward_batcher.h).
+  explicit Generator(const Model& model, ForwardBatcher* batcher = nullptr)
+      : model_(model), batcher_(batcher) {}
 
   // Generates on `state`, which must hold exactly the first state.length() prompt tokens already
   // (0 for a fresh state; more when a prefix cache restored them): only the rest is prefilled.
@@ -86,6 +89,7 @@ class Generator {
 
  private:
   const Model& model_;
+  ForwardBatcher* batcher_;
 };
 
 }  // namespace dspark

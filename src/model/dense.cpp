@@ -200,7 +200,8 @@ class DenseTransformer final : public Model {
   int64_t layer_decode_weight_bytes(int64_t layer) const override;
 
  protected:
-  void run_layer(int64_t layer, float* hidden, int64_t n, ModelState& state) const override;
+  void run_layer(int64_t layer, float* hidden, int64_t n,
+                 const std::vector<RowSpan>& spans) const override;
 
  private:
   DenseConfig c_;
@@ -258,36 +259,46 @@ StateLayout DenseTransformer::state_layout() const {
   return layout;
 }
 
-void DenseTransformer::run_layer(int64_t index, float* hidden, int64_t n, ModelState& state) const {
+void DenseTransformer::run_layer(int64_t index, float* hidden, int64_t n,
+                                 const std::vector<RowSpan>& spans) const {
   const DenseLayer& layer = layers_[index];
   const int64_t H = c_.hidden, hd = c_.head_dim;
   const int64_t q_width = c_.heads * hd, kv_width = c_.kv_heads * hd;
-  const int64_t past = state.length();
-  thread_local std::vector<float> xn_b, q_b, o_b, out_b, gate_b, up_b;
+  thread_local std::vector<float> xn_b, q_b, k_b, v_b, o_b, out_b, gate_b, up_b;
   float* xn = grow(xn_b, n * H);
   float* q = grow(q_b, n * q_width);
+  float* k = grow(k_b, n * kv_width);
+  float* v = grow(v_b, n * kv_width);
   float* o = grow(o_b, n * q_width);
   float* out = grow(out_b, n * H);
-  float* keys = state.keys(index) + past * kv_width;
-  float* values = state.values(index) + past * kv_width;
 
   kernels::rms_norm(hidden, n, H, layer.input_norm.data(), c_.eps, xn);
   layer.q_proj.apply(xn, n, q);
-  layer.k_proj.apply(xn, n, keys);
-  layer.v_proj.apply(xn, n, values);
+  layer.k_proj.apply(xn, n, k);
+  layer.v_proj.apply(xn, n, v);
   if (c_.qk_norm) {
     kernels::rms_norm(q, n * c_.heads, hd, layer.q_norm.data(), c_.eps, q);
-    kernels::rms_norm(keys, n * c_.kv_heads, hd, layer.k_norm.data(), c_.eps, keys);
+    kernels::rms_norm(k, n * c_.kv_heads, hd, layer.k_norm.data(), c_.eps, k);
   }
   if (c_.rope_magnitude != 1.0f) {
     for (int64_t i = 0; i < n * q_width; ++i) q[i] *= c_.rope_magnitude;
-    for (int64_t i = 0; i < n * kv_width; ++i) keys[i] *= c_.rope_magnitude;
+    for (int64_t i = 0; i < n * kv_width; ++i) k[i] *= c_.rope_magnitude;
   }
   kernels::RopeSpec rope{c_.inv_freq.data(), hd, c_.rope_traditional, c_.position_scale};
-  kernels::rope(q, n, c_.heads, hd, past, rope);
-  kernels::rope(keys, n, c_.kv_heads, hd, past, rope);
-  kernels::causal_attention(q, n, c_.heads, c_.kv_heads, hd, state.keys(index), state.values(index),
-                            past, 1.0f / std::sqrt(static_cast<float>(hd)), o);
+  for (const RowSpan& span : spans) {
+    ModelState& state = *span.state;
+    const int64_t past = state.length();
+    float* span_q = q + span.first * q_width;
+    float* keys = state.keys(index) + past * kv_width;
+    std::memcpy(keys, k + span.first * kv_width, span.rows * kv_width * sizeof(float));
+    std::memcpy(state.values(index) + past * kv_width, v + span.first * kv_width,
+                span.rows * kv_width * sizeof(float));
+    kernels::rope(span_q, span.rows, c_.heads, hd, past, rope);
+    kernels::rope(keys, span.rows, c_.kv_heads, hd, past, rope);
+    kernels::causal_attention(span_q, span.rows, c_.heads, c_.kv_heads, hd, state.keys(index),
+                              state.values(index), past, 1.0f / std::sqrt(static_cast<float>(hd)),
+                              o + span.first * q_width);
+  }
   layer.o_proj.apply(o, n, out);
   for (int64_t i = 0; i < n * H; ++i) hidden[i] += out[i];
 

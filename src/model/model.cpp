@@ -42,92 +42,156 @@ void Model::compute_logits(const float* residual, int64_t rows, float* logits) c
   apply_lm_head(normed.data(), rows, logits);
 }
 
-void Model::forward(const int32_t* tokens, int64_t n, ModelState& state,
-                    const std::vector<int64_t>& logit_rows, const std::vector<int>& tap_layers,
-                    ForwardOutput& out) const {
+void Model::check_run(const SequenceRun& run) const {
+  if (run.state == nullptr || run.out == nullptr)
+    fail("forward: a run needs a state and an output");
   const StateLayout expected = state_layout();
-  const StateLayout& layout = state.layout();
+  const StateLayout& layout = run.state->layout();
   if (layout.attention_layers != expected.attention_layers ||
       layout.mamba_layers != expected.mamba_layers || layout.kv_row() != expected.kv_row() ||
       layout.ssm_size() != expected.ssm_size() || layout.conv_window() != expected.conv_window()) {
     fail("forward: the state was not made by this {} model", config_.architecture);
   }
-  for (int64_t row : logit_rows) {
-    if (row < 0 || row >= n) fail("forward: logit row {} is outside the run of {} tokens", row, n);
+  for (int64_t row : run.logit_rows) {
+    if (row < 0 || row >= run.n) {
+      fail("forward: logit row {} is outside the run of {} tokens", row, run.n);
+    }
   }
-  for (int layer : tap_layers) {
+  for (int layer : run.tap_layers) {
     if (layer < -1 || layer >= config_.num_layers) {
       fail("forward: tap layer {} is outside [-1, {})", layer, config_.num_layers);
     }
   }
-  for (int64_t i = 0; i < n; ++i) {
-    if (tokens[i] < 0 || tokens[i] >= embedding_.rows()) {
-      fail("forward: token id {} at row {} is outside the vocabulary [0, {})", tokens[i], i,
+  for (int64_t i = 0; i < run.n; ++i) {
+    if (run.tokens[i] < 0 || run.tokens[i] >= embedding_.rows()) {
+      fail("forward: token id {} at row {} is outside the vocabulary [0, {})", run.tokens[i], i,
            embedding_.rows());
+    }
+  }
+  if (run.n > 0) run.state->reserve(run.state->length() + run.n);
+}
+
+void Model::forward(const int32_t* tokens, int64_t n, ModelState& state,
+                    const std::vector<int64_t>& logit_rows, const std::vector<int>& tap_layers,
+                    ForwardOutput& out) const {
+  forward_batch({SequenceRun{tokens, n, &state, logit_rows, tap_layers, &out}});
+}
+
+void Model::forward_batch(const std::vector<SequenceRun>& runs) const {
+  for (size_t r = 0; r < runs.size(); ++r) {
+    check_run(runs[r]);
+    for (size_t other = 0; other < r; ++other) {
+      if (runs[other].state == runs[r].state) fail("forward: two runs of one batch share a state");
     }
   }
   const int64_t H = config_.hidden_size;
   const int64_t V = vocab_size();
-  const int64_t n_taps = static_cast<int64_t>(tap_layers.size());
-  // Every logit row and tap row is written below; resizing keeps a reused output's pages.
-  out.logits.resize(logit_rows.size() * V);
-  out.taps.resize(n * n_taps * H);
-  if (n == 0) return;
-  state.reserve(state.length() + n);
+  int64_t total = 0;
+  for (const SequenceRun& run : runs) {
+    // Every logit row and tap row is written below; resizing keeps a reused output's pages.
+    run.out->logits.resize(run.logit_rows.size() * V);
+    run.out->taps.resize(run.n * run.tap_layers.size() * H);
+    total += run.n;
+  }
+  if (total == 0) return;
+  for (const SequenceRun& run : runs) {
+    if (run.n > 0) run.state->begin_forward(run.n);
+  }
 
-  auto capture = [&](int layer, const float* hidden, int64_t first_row, int64_t rows) {
+  // Where a step's rows come from: run `run`, its rows [start, start + span.rows).
+  struct StepPart {
+    size_t run;
+    int64_t start;
+  };
+  auto capture = [&](int layer, const float* hidden, const RowSpan& span, const StepPart& part) {
+    const SequenceRun& run = runs[part.run];
+    const int64_t n_taps = static_cast<int64_t>(run.tap_layers.size());
     for (int64_t j = 0; j < n_taps; ++j) {
-      if (tap_layers[j] != layer) continue;
-      for (int64_t r = 0; r < rows; ++r) {
-        std::memcpy(out.taps.data() + ((first_row + r) * n_taps + j) * H, hidden + r * H,
-                    H * sizeof(float));
+      if (run.tap_layers[j] != layer) continue;
+      for (int64_t r = 0; r < span.rows; ++r) {
+        std::memcpy(run.out->taps.data() + ((part.start + r) * n_taps + j) * H,
+                    hidden + (span.first + r) * H, H * sizeof(float));
       }
     }
   };
 
-  const int64_t chunk = std::min(prefill_chunk_, n);
+  const int64_t chunk = std::min(prefill_chunk_, total);
   std::vector<float> hidden(chunk * H);
-  std::vector<int64_t> wanted;  // indices into logit_rows whose row is in the current chunk
-  std::vector<float> gathered, chunk_logits;
-  state.begin_forward(n);
-  for (int64_t first = 0; first < n; first += chunk) {
-    const int64_t rows = std::min(chunk, n - first);
-    embed(tokens + first, rows, hidden.data());
-    capture(-1, hidden.data(), first, rows);
+  std::vector<int64_t> done_rows(runs.size(), 0);
+  std::vector<RowSpan> spans;
+  std::vector<StepPart> parts;
+  // The logit rows of a step: source row in `hidden`, destination run and logit index.
+  struct LogitRow {
+    int64_t hidden_row;
+    size_t run;
+    size_t index;
+  };
+  std::vector<LogitRow> wanted;
+  std::vector<float> gathered, step_logits;
+  for (int64_t done = 0; done < total;) {
+    spans.clear();
+    parts.clear();
+    int64_t step_rows = 0;
+    for (size_t r = 0; r < runs.size() && step_rows < chunk; ++r) {
+      const int64_t take = std::min(runs[r].n - done_rows[r], chunk - step_rows);
+      if (take == 0) continue;
+      spans.push_back({runs[r].state, step_rows, take});
+      parts.push_back({r, done_rows[r]});
+      embed(runs[r].tokens + done_rows[r], take, hidden.data() + step_rows * H);
+      step_rows += take;
+    }
+    for (size_t s = 0; s < spans.size(); ++s) capture(-1, hidden.data(), spans[s], parts[s]);
     for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
       const double start = layer_seconds_ ? now_seconds() : 0.0;
-      run_layer(layer, hidden.data(), rows, state);
+      run_layer(layer, hidden.data(), step_rows, spans);
       if (layer_seconds_) (*layer_seconds_)[layer] += now_seconds() - start;
-      capture(static_cast<int>(layer), hidden.data(), first, rows);
+      for (size_t s = 0; s < spans.size(); ++s) {
+        capture(static_cast<int>(layer), hidden.data(), spans[s], parts[s]);
+      }
     }
     wanted.clear();
-    for (size_t i = 0; i < logit_rows.size(); ++i) {
-      if (logit_rows[i] >= first && logit_rows[i] < first + rows) wanted.push_back(i);
+    for (size_t s = 0; s < spans.size(); ++s) {
+      const std::vector<int64_t>& rows = runs[parts[s].run].logit_rows;
+      for (size_t i = 0; i < rows.size(); ++i) {
+        const int64_t at = rows[i] - parts[s].start;
+        if (at >= 0 && at < spans[s].rows) wanted.push_back({spans[s].first + at, parts[s].run, i});
+      }
     }
     if (!wanted.empty()) {
+      // One output head over every sequence's rows, so the head is streamed once per step.
       const int64_t k = static_cast<int64_t>(wanted.size());
       gathered.resize(k * H);
       for (int64_t i = 0; i < k; ++i) {
-        std::memcpy(gathered.data() + i * H, hidden.data() + (logit_rows[wanted[i]] - first) * H,
+        std::memcpy(gathered.data() + i * H, hidden.data() + wanted[i].hidden_row * H,
                     H * sizeof(float));
       }
-      // Rows asked for in order (the usual case) land in place; otherwise through a buffer.
-      const bool in_order = wanted.back() - wanted.front() == k - 1;
-      if (in_order) {
-        compute_logits(gathered.data(), k, out.logits.data() + wanted.front() * V);
+      // Rows of one run asked for in order (the usual case) land in place; else through a buffer.
+      bool in_place = true;
+      for (int64_t i = 1; i < k && in_place; ++i) {
+        in_place = wanted[i].run == wanted[0].run && wanted[i].index == wanted[0].index + i;
+      }
+      if (in_place) {
+        compute_logits(gathered.data(), k,
+                       runs[wanted[0].run].out->logits.data() + wanted[0].index * V);
       } else {
-        chunk_logits.resize(k * V);
-        compute_logits(gathered.data(), k, chunk_logits.data());
+        step_logits.resize(k * V);
+        compute_logits(gathered.data(), k, step_logits.data());
         for (int64_t i = 0; i < k; ++i) {
-          std::memcpy(out.logits.data() + wanted[i] * V, chunk_logits.data() + i * V,
-                      V * sizeof(float));
+          std::memcpy(runs[wanted[i].run].out->logits.data() + wanted[i].index * V,
+                      step_logits.data() + i * V, V * sizeof(float));
         }
       }
     }
-    state.advance(rows);
-    if (prefill_progress_ != nullptr && n > chunk) (*prefill_progress_)(first + rows, n);
+    for (size_t s = 0; s < spans.size(); ++s) {
+      spans[s].state->advance(spans[s].rows);
+      done_rows[parts[s].run] += spans[s].rows;
+    }
+    done += step_rows;
+    if (prefill_progress_ != nullptr && total > chunk) (*prefill_progress_)(done, total);
   }
-  state.end_forward();
+  for (const SequenceRun& run : runs) {
+    if (run.n > 0) run.state->end_forward();
+  }
 }
 
 void RoutingCounts::record(int64_t layer, int64_t experts, const int32_t* ids, int64_t n,

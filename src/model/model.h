@@ -52,6 +52,25 @@ struct RoutingCounts {
   std::vector<int64_t> distinct_per_layer() const;
 };
 
+// One sequence's part of a batched forward (Model::forward_batch): its new tokens, the state they
+// continue, and what to return, as in Model::forward.
+struct SequenceRun {
+  const int32_t* tokens = nullptr;
+  int64_t n = 0;
+  ModelState* state = nullptr;
+  std::vector<int64_t> logit_rows;
+  std::vector<int> tap_layers;
+  ForwardOutput* out = nullptr;
+};
+
+// The rows of one sequence inside the rows a layer runs: rows [first, first + rows) of the hidden
+// buffer continue `state`, at positions state->length() ...
+struct RowSpan {
+  ModelState* state = nullptr;
+  int64_t first = 0;
+  int64_t rows = 0;
+};
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -79,6 +98,17 @@ class Model {
   void forward(const int32_t* tokens, int64_t n, ModelState& state,
                const std::vector<int64_t>& logit_rows, const std::vector<int>& tap_layers,
                ForwardOutput& out) const;
+  // The forwards of several sequences as one: every layer's matrices run once over all their rows
+  // (the weights are streamed once per step, not once per sequence), while attention and the
+  // Mamba recurrence run per sequence on its own state. Every row's result is bit-identical to the
+  // sequence's own forward, whatever the other runs are (the kernels are row invariant). Each run
+  // is checked (check_run) before any state changes; the states must be distinct. Steps hold at
+  // most prefill_chunk() rows in all, taken from the runs in order.
+  void forward_batch(const std::vector<SequenceRun>& runs) const;
+  // Throws naming the fault unless `run` fits this model: a state it made, logit rows inside the
+  // run, tap layers in [-1, num_layers), token ids in the vocabulary, and room in the context.
+  // Makes room in the state's caches for the run.
+  void check_run(const SequenceRun& run) const;
 
   // The embedding rows of n tokens: out [n, hidden_size].
   void embed(const int32_t* tokens, int64_t n, float* out) const;
@@ -124,8 +154,9 @@ class Model {
   explicit Model(std::unique_ptr<Checkpoint> checkpoint);
 
   // Runs layer `layer` on the residual stream hidden [n, hidden_size] in place (pre-norm, mixer,
-  // residual add) for the n tokens at positions state.length() ...
-  virtual void run_layer(int64_t layer, float* hidden, int64_t n, ModelState& state) const = 0;
+  // residual add). `spans` cut the n rows into sequences, each continuing its own state.
+  virtual void run_layer(int64_t layer, float* hidden, int64_t n,
+                         const std::vector<RowSpan>& spans) const = 0;
 
   std::unique_ptr<Checkpoint> checkpoint_;
   ModelConfig config_;

@@ -302,13 +302,15 @@ class NemotronH final : public Model {
   int64_t routed_expert_bytes(int64_t layer) const override;
 
  protected:
-  void run_layer(int64_t layer, float* hidden, int64_t n, ModelState& state) const override;
+  void run_layer(int64_t layer, float* hidden, int64_t n,
+                 const std::vector<RowSpan>& spans) const override;
 
  private:
   void load();
-  void mamba(const MambaMixer& m, const float* xn, int64_t n, ModelState& state, float* out) const;
-  void attention(const AttentionMixer& a, const float* xn, int64_t n, ModelState& state,
-                 float* out) const;
+  void mamba(const MambaMixer& m, const float* xn, int64_t n, const std::vector<RowSpan>& spans,
+             float* out) const;
+  void attention(const AttentionMixer& a, const float* xn, int64_t n,
+                 const std::vector<RowSpan>& spans, float* out) const;
   void moe(int64_t layer, const MoeMixer& e, const float* xn, int64_t n, float* out) const;
   void relu2_mlp(const LinearWeights& up, const LinearWeights& down, const float* x, int64_t n,
                  float* out) const;
@@ -440,7 +442,8 @@ StateLayout NemotronH::state_layout() const {
   return layout;
 }
 
-void NemotronH::run_layer(int64_t index, float* hidden, int64_t n, ModelState& state) const {
+void NemotronH::run_layer(int64_t index, float* hidden, int64_t n,
+                          const std::vector<RowSpan>& spans) const {
   const Layer& layer = layers_[index];
   const int64_t H = c_.hidden;
   thread_local std::vector<float> normed_buffer, mixed_buffer;
@@ -449,10 +452,10 @@ void NemotronH::run_layer(int64_t index, float* hidden, int64_t n, ModelState& s
   kernels::rms_norm(hidden, n, H, layer.norm.data(), c_.eps, xn);
   switch (layer.kind) {
     case 'M':
-      mamba(std::get<MambaMixer>(layer.mixer), xn, n, state, mixed);
+      mamba(std::get<MambaMixer>(layer.mixer), xn, n, spans, mixed);
       break;
     case '*':
-      attention(std::get<AttentionMixer>(layer.mixer), xn, n, state, mixed);
+      attention(std::get<AttentionMixer>(layer.mixer), xn, n, spans, mixed);
       break;
     case 'E':
       moe(index, std::get<MoeMixer>(layer.mixer), xn, n, mixed);
@@ -467,8 +470,8 @@ void NemotronH::run_layer(int64_t index, float* hidden, int64_t n, ModelState& s
 }
 
 // §3.2–§3.5.
-void NemotronH::mamba(const MambaMixer& m, const float* xn, int64_t n, ModelState& state,
-                      float* out) const {
+void NemotronH::mamba(const MambaMixer& m, const float* xn, int64_t n,
+                      const std::vector<RowSpan>& spans, float* out) const {
   const int64_t heads = c_.mamba_heads, P = c_.mamba_head_dim, G = c_.n_groups, N = c_.ssm_state;
   const int64_t di = c_.d_inner(), cd = c_.conv_dim(), width = di + cd + heads;
   thread_local std::vector<float> proj_b, xbc_b, conv_b, x_b, B_b, C_b, dt_b, y_b;
@@ -485,9 +488,12 @@ void NemotronH::mamba(const MambaMixer& m, const float* xn, int64_t n, ModelStat
   for (int64_t t = 0; t < n; ++t) {
     std::memcpy(xbc + t * cd, proj + t * width + di, cd * sizeof(float));
   }
-  MambaLayerState& layer_state = state.mamba(m.index);
-  kernels::causal_conv1d(layer_state.conv.data(), xbc, n, cd, c_.conv_kernel, m.conv_weight.data(),
-                         m.conv_bias.empty() ? nullptr : m.conv_bias.data(), conv);
+  for (const RowSpan& span : spans) {
+    kernels::causal_conv1d(span.state->mamba(m.index).conv.data(), xbc + span.first * cd, span.rows,
+                           cd, c_.conv_kernel, m.conv_weight.data(),
+                           m.conv_bias.empty() ? nullptr : m.conv_bias.data(),
+                           conv + span.first * cd);
+  }
   kernels::silu(conv, n * cd);
   for (int64_t t = 0; t < n; ++t) {
     const float* u = conv + t * cd;
@@ -500,20 +506,25 @@ void NemotronH::mamba(const MambaMixer& m, const float* xn, int64_t n, ModelStat
       dt[t * heads + h] = std::clamp(value, c_.dt_min, c_.dt_max);
     }
   }
-  if (state.recording_forward()) {
-    MambaRecord& record = state.record(m.index);
-    if (record.A.empty()) record.A = m.A;
-    record.xbc.insert(record.xbc.end(), xbc, xbc + n * cd);
-    record.x.insert(record.x.end(), x, x + n * di);
-    record.B.insert(record.B.end(), B, B + n * G * N);
-    record.C.insert(record.C.end(), C, C + n * G * N);
-    record.dt.insert(record.dt.end(), dt, dt + n * heads);
+  for (const RowSpan& span : spans) {
+    ModelState& state = *span.state;
+    const int64_t t0 = span.first, t1 = span.first + span.rows;
+    if (state.recording_forward()) {
+      MambaRecord& record = state.record(m.index);
+      if (record.A.empty()) record.A = m.A;
+      record.xbc.insert(record.xbc.end(), xbc + t0 * cd, xbc + t1 * cd);
+      record.x.insert(record.x.end(), x + t0 * di, x + t1 * di);
+      record.B.insert(record.B.end(), B + t0 * G * N, B + t1 * G * N);
+      record.C.insert(record.C.end(), C + t0 * G * N, C + t1 * G * N);
+      record.dt.insert(record.dt.end(), dt + t0 * heads, dt + t1 * heads);
+    }
+    // The scan runs token by token for every run length: on the CPU it beats the chunked SSD
+    // form (bench/decode_bench BM_SsdStep), and it makes a multi-token run (prefill chunk, verify
+    // block, rollback rebuild) bit-identical to one-token decoding.
+    kernels::ssd_sequential({heads, P, G, N}, state.mamba(m.index).ssm.data(), x + t0 * di,
+                            B + t0 * G * N, C + t0 * G * N, dt + t0 * heads, m.A.data(), m.D.data(),
+                            span.rows, y + t0 * di);
   }
-  // The scan runs token by token for every run length: on the CPU it beats the chunked SSD form
-  // (bench/decode_bench BM_SsdStep), and it makes a multi-token run (prefill chunk, verify block,
-  // rollback rebuild) bit-identical to one-token decoding.
-  kernels::ssd_sequential({heads, P, G, N}, layer_state.ssm.data(), x, B, C, dt, m.A.data(),
-                          m.D.data(), n, y);
   // Gated RMSNorm, gate before the norm, per group of d_inner / n_groups (§3.5).
   float* gated = x;  // x is no longer needed
   for (int64_t t = 0; t < n; ++t) {
@@ -530,20 +541,30 @@ void NemotronH::mamba(const MambaMixer& m, const float* xn, int64_t n, ModelStat
 }
 
 // §4: GQA without positional encoding.
-void NemotronH::attention(const AttentionMixer& a, const float* xn, int64_t n, ModelState& state,
-                          float* out) const {
+void NemotronH::attention(const AttentionMixer& a, const float* xn, int64_t n,
+                          const std::vector<RowSpan>& spans, float* out) const {
   const int64_t q_width = c_.heads * c_.head_dim, kv_width = c_.kv_heads * c_.head_dim;
-  const int64_t past = state.length();
-  thread_local std::vector<float> q_b, o_b;
+  thread_local std::vector<float> q_b, k_b, v_b, o_b;
   float* q = grow(q_b, n * q_width);
+  float* k = grow(k_b, n * kv_width);
+  float* v = grow(v_b, n * kv_width);
   float* o = grow(o_b, n * q_width);
-  float* keys = state.keys(a.index);
-  float* values = state.values(a.index);
   a.q_proj.apply(xn, n, q);
-  a.k_proj.apply(xn, n, keys + past * kv_width);
-  a.v_proj.apply(xn, n, values + past * kv_width);
-  kernels::causal_attention(q, n, c_.heads, c_.kv_heads, c_.head_dim, keys, values, past,
-                            1.0f / std::sqrt(static_cast<float>(c_.head_dim)), o);
+  a.k_proj.apply(xn, n, k);
+  a.v_proj.apply(xn, n, v);
+  for (const RowSpan& span : spans) {
+    ModelState& state = *span.state;
+    const int64_t past = state.length();
+    float* keys = state.keys(a.index);
+    float* values = state.values(a.index);
+    std::memcpy(keys + past * kv_width, k + span.first * kv_width,
+                span.rows * kv_width * sizeof(float));
+    std::memcpy(values + past * kv_width, v + span.first * kv_width,
+                span.rows * kv_width * sizeof(float));
+    kernels::causal_attention(
+        q + span.first * q_width, span.rows, c_.heads, c_.kv_heads, c_.head_dim, keys, values, past,
+        1.0f / std::sqrt(static_cast<float>(c_.head_dim)), o + span.first * q_width);
+  }
   a.o_proj.apply(o, n, out);
 }
 

@@ -73,7 +73,13 @@ Engine::Engine(std::unique_ptr<ModelBundle> bundle, EngineOptions options, Metri
   if (!bundle_->chat_template.empty()) {
     template_.emplace(bundle_->chat_template, bundle_->name + " chat template");
   }
-  thread_ = std::thread([this] { worker(); });
+  const int slots = std::max(options_.parallel, 1);
+  running_.resize(slots);
+  if (slots > 1) {
+    batcher_ = std::make_unique<ForwardBatcher>(*bundle_->model);
+    options_.decode.batcher = batcher_.get();
+  }
+  for (int slot = 0; slot < slots; ++slot) threads_.emplace_back([this, slot] { worker(slot); });
 }
 
 Engine::~Engine() {
@@ -83,13 +89,16 @@ Engine::~Engine() {
 void Engine::shutdown() {
   {
     std::lock_guard lock(mutex_);
-    if (stopping_ && !thread_.joinable()) return;
+    if (stopping_ && threads_.empty()) return;
     stopping_ = true;
     for (auto& job : queue_) job->cancel();
-    if (running_) running_->cancel();
+    for (auto& job : running_) {
+      if (job) job->cancel();
+    }
   }
   work_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  for (std::thread& thread : threads_) thread.join();
+  threads_.clear();
 }
 
 PreparedPrompt Engine::prepare(const ChatRequest& request) const {
@@ -306,6 +315,7 @@ nlohmann::json Engine::health() const {
           {"max_draft", max_draft},
           {"lookup_drafts", decode.lookup_drafts},
           {"context_window", context_window()},
+          {"parallel", slots()},
           {"max_output_tokens", options_.max_tokens_cap},
           {"prefix_cache", options_.prefix_cache.enabled},
           {"thinking_default", options_.default_thinking.value_or(true)},
@@ -343,22 +353,31 @@ std::shared_ptr<Job> Engine::submit(ChatRequest request, PreparedPrompt prompt,
   return job;
 }
 
-bool Engine::busy() {
+std::vector<bool> Engine::slots_busy() {
   std::lock_guard lock(mutex_);
-  return running_ != nullptr;
+  std::vector<bool> busy;
+  for (const auto& job : running_) busy.push_back(job != nullptr);
+  return busy;
+}
+
+ForwardBatcher::Counters Engine::batch_counters() const {
+  return batcher_ ? batcher_->counters() : ForwardBatcher::Counters{};
 }
 
 bool Engine::idle() {
   std::lock_guard lock(mutex_);
-  return running_ == nullptr && queue_.empty();
+  return queue_.empty() && std::none_of(running_.begin(), running_.end(),
+                                        [](const auto& job) { return job != nullptr; });
 }
 
 void Engine::publish_queue() {
   std::lock_guard lock(mutex_);
-  metrics_.set_queue(static_cast<int64_t>(queue_.size()), running_ ? 1 : 0);
+  const int64_t running = std::count_if(running_.begin(), running_.end(),
+                                        [](const auto& job) { return job != nullptr; });
+  metrics_.set_queue(static_cast<int64_t>(queue_.size()), running);
 }
 
-void Engine::worker() {
+void Engine::worker(int slot) {
   while (true) {
     std::shared_ptr<Job> job;
     {
@@ -367,7 +386,7 @@ void Engine::worker() {
       if (queue_.empty()) return;
       job = queue_.front();
       queue_.pop_front();
-      running_ = job;
+      running_[slot] = job;
     }
     publish_queue();
     if (job->cancelled()) {
@@ -377,11 +396,11 @@ void Engine::worker() {
       job->finish(std::move(summary));
     } else {
       job->mark_running();
-      run(*job);
+      run(*job, slot);
     }
     {
       std::lock_guard lock(mutex_);
-      running_.reset();
+      running_[slot].reset();
     }
     // Hands the pages a generation freed (its scratch, a dropped cache state) back to the system,
     // so the server's RSS follows what it holds rather than its high-water mark.
@@ -453,8 +472,11 @@ class BorrowedDrafter final : public Drafter {
 
 }  // namespace
 
-void Engine::run(Job& job) {
+void Engine::run(Job& job, int slot) {
   job.started = now_seconds();
+  // The steps wait (briefly) for this generation's forwards while it runs.
+  std::optional<ForwardBatcher::Membership> membership;
+  if (batcher_) membership.emplace(*batcher_);
   const Model& model = *bundle_->model;
   const Tokenizer& tokenizer = *bundle_->tokenizer;
   const auto& prompt = job.prompt.ids;
@@ -493,11 +515,12 @@ void Engine::run(Job& job) {
     const int64_t chunk = std::max<int64_t>(options_.prefill_chunk, 1);
     const int64_t prefill_from = state.length();
     while (state.length() < prompt_len - 1 && !job.cancelled()) {
-      metrics_.set_prefill(state.length() - prefill_from, prompt_len - prefill_from);
+      metrics_.set_prefill(slot, state.length() - prefill_from, prompt_len - prefill_from);
       int64_t end = std::min(state.length() + chunk, prompt_len - 1);
       if (next_mark < marks.size()) end = std::min(end, marks[next_mark]);
       const int64_t start = state.length();
-      model.forward(prompt.data() + start, end - start, state, {}, taps, scratch);
+      target_forward(model, batcher_.get(), prompt.data() + start, end - start, state, {}, taps,
+                     scratch);
       if (lease.drafter) {
         lease.drafter->on_target_rows(prompt.data() + start, end - start, scratch.taps.data());
       }
@@ -506,7 +529,7 @@ void Engine::run(Job& job) {
         ++next_mark;
       }
     }
-    metrics_.set_prefill(0, 0);
+    metrics_.set_prefill(slot, 0, 0);
     const double prefill_manual = now_seconds() - job.started;
     if (job.cancelled()) {
       summary.finish = Finish::cancelled;

@@ -1,6 +1,8 @@
 #pragma once
 // The model side of the server: turns a ChatRequest into prompt tokens (template + tokenizer),
-// and runs generations one at a time on a worker thread fed by a bounded FIFO queue. Each job
+// and runs generations in `parallel` slots, one worker thread each, fed by a bounded FIFO queue.
+// The slots' target forwards are batched into shared steps (engine/forward_batcher.h), which
+// stream the weights once for every running generation and leave each answer unchanged. Each job
 // streams parsed output events (reasoning, content, tool calls) to the HTTP thread that waits on
 // it, and ends with a GenerationSummary. A job whose client went away is cancelled while queued,
 // between prefill chunks or between decode rounds.
@@ -16,6 +18,7 @@
 #include <unordered_map>
 
 #include "constrain/grammar.h"
+#include "engine/forward_batcher.h"
 #include "engine/model_bundle.h"
 #include "server/metrics.h"
 #include "server/prefix_cache.h"
@@ -38,6 +41,7 @@ struct EngineOptions {
   int64_t reasoning_budget = 0;          // --reasoning-budget: default thinking budget, 0 = off
   std::string reasoning_budget_message;  // --reasoning-budget-message
   size_t max_queue = 64;
+  int parallel = 1;             // slots: generations that run at once
   int64_t prefill_chunk = 512;  // cancellation is checked between chunks
   PrefixCacheOptions prefix_cache;
   // --special-tokens-in-content: message and tool text may yield control tokens (old behaviour).
@@ -100,7 +104,7 @@ class Engine {
   // then ends with ApiError 503.
   std::shared_ptr<Job> submit(ChatRequest request, PreparedPrompt prompt,
                               const std::function<bool()>& abandoned = {});
-  // Stops taking work, cancels queued and running jobs, joins the worker.
+  // Stops taking work, cancels queued and running jobs, joins the workers.
   void shutdown();
 
   const ModelBundle& bundle() const { return *bundle_; }
@@ -110,14 +114,17 @@ class Engine {
   std::string mode_name() const { return decode_mode_name(options_.decode.options.mode); }
   // The /health fields of a ready engine (docs/server-api.md §5.1).
   nlohmann::json health() const;
-  // Whether a generation is running (llama.cpp's /slots: one slot).
-  bool busy();
+  int slots() const { return static_cast<int>(running_.size()); }
+  // Per slot, whether a generation is running in it (llama.cpp's /slots).
+  std::vector<bool> slots_busy();
+  // The shared steps so far (all zero with one slot, which runs its forwards alone).
+  ForwardBatcher::Counters batch_counters() const;
   // Nothing queued and nothing running (a shutdown's drain is over).
   bool idle();
 
  private:
-  void worker();
-  void run(Job& job);
+  void worker(int slot);
+  void run(Job& job, int slot);
   GenerationConfig generation_config(const ChatRequest& request, int64_t prompt_tokens) const;
   AnswerConstraintConfig answer_constraint(const ChatRequest& request, const PreparedPrompt& prompt,
                                            const std::function<bool()>& abandoned);
@@ -144,9 +151,10 @@ class Engine {
   std::mutex mutex_;
   std::condition_variable work_;
   std::deque<std::shared_ptr<Job>> queue_;
-  std::shared_ptr<Job> running_;
+  std::vector<std::shared_ptr<Job>> running_;  // per slot; null when the slot is free
   bool stopping_ = false;
-  std::thread thread_;
+  std::unique_ptr<ForwardBatcher> batcher_;  // with more than one slot
+  std::vector<std::thread> threads_;
 };
 
 }  // namespace dspark::server

@@ -75,10 +75,9 @@ void Metrics::set_queue(int64_t waiting, int64_t running) {
   running_ = running;
 }
 
-void Metrics::set_prefill(int64_t done, int64_t total) {
+void Metrics::set_prefill(int slot, int64_t done, int64_t total) {
   std::lock_guard lock(mutex_);
-  prefill_done_ = done;
-  prefill_total_ = total;
+  prefill_[slot] = {done, total};
 }
 
 void Metrics::count_cancelled() {
@@ -121,8 +120,13 @@ std::string Metrics::render(const std::map<std::string, double>& gauges) const {
   counter("dspark_rejected_total", "Requests refused because the queue was full.", rejected_, out);
   gauge("dspark_requests_waiting", waiting_, out);
   gauge("dspark_requests_running", running_, out);
-  gauge("dspark_prefill_tokens_done", prefill_done_, out);
-  gauge("dspark_prefill_tokens_total", prefill_total_, out);
+  int64_t prefill_done = 0, prefill_total = 0;
+  for (const auto& [slot, progress] : prefill_) {
+    prefill_done += progress.first;
+    prefill_total += progress.second;
+  }
+  gauge("dspark_prefill_tokens_done", prefill_done, out);
+  gauge("dspark_prefill_tokens_total", prefill_total, out);
   for (const auto& [name, value] : gauges) gauge(name, value, out);
   queue_.render("dspark_queue_seconds", "Time from arrival to the start of generation.", out);
   ttft_.render("dspark_time_to_first_token_seconds", "Time from arrival to the first token.", out);

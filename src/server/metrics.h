@@ -47,9 +47,9 @@ class Metrics {
   void record(const RequestRecord& record);
   // Queue gauges, kept by the engine.
   void set_queue(int64_t waiting, int64_t running);
-  // Prompt tokens of the running generation prefilled so far, of those it must prefill (the
-  // prefix cache's tokens excluded); 0 / 0 between prefills.
-  void set_prefill(int64_t done, int64_t total);
+  // Prompt tokens the generation in `slot` has prefilled so far, of those it must prefill (the
+  // prefix cache's tokens excluded); 0 / 0 between prefills. Rendered summed over the slots.
+  void set_prefill(int slot, int64_t done, int64_t total);
   void count_cancelled();
   void count_rejected();
 
@@ -71,8 +71,7 @@ class Metrics {
   int64_t rejected_ = 0;
   int64_t waiting_ = 0;
   int64_t running_ = 0;
-  int64_t prefill_done_ = 0;
-  int64_t prefill_total_ = 0;
+  std::map<int, std::pair<int64_t, int64_t>> prefill_;  // slot -> (done, total)
   Histogram queue_;
   Histogram ttft_;
   Histogram per_token_;

@@ -643,7 +643,7 @@ struct Server::Impl {
         [](Engine& engine, const Json&, const httplib::Request&) {
           return Json({{"default_generation_settings", {{"n_ctx", engine.context_window()}}},
                        {"n_ctx", engine.context_window()},
-                       {"total_slots", 1},
+                       {"total_slots", engine.slots()},
                        {"model_path", engine.bundle().path},
                        {"model_alias", engine.bundle().name},
                        {"chat_template", engine.bundle().chat_template},
@@ -653,12 +653,17 @@ struct Server::Impl {
     json_route(
         "/slots/?",
         [](Engine& engine, const Json&, const httplib::Request& req) {
-          const bool busy = engine.busy();
-          if (busy && req.get_param_value("fail_on_no_slot") == "1") {
+          const std::vector<bool> busy = engine.slots_busy();
+          if (std::all_of(busy.begin(), busy.end(), [](bool b) { return b; }) &&
+              req.get_param_value("fail_on_no_slot") == "1") {
             throw ApiError(503, "no slot available");
           }
-          return Json::array(
-              {{{"id", 0}, {"n_ctx", engine.context_window()}, {"is_processing", busy}}});
+          Json slots = Json::array();
+          for (size_t id = 0; id < busy.size(); ++id) {
+            slots.push_back(
+                {{"id", id}, {"n_ctx", engine.context_window()}, {"is_processing", busy[id]}});
+          }
+          return slots;
         },
         false);
   }
@@ -833,6 +838,12 @@ struct Server::Impl {
         gauges["dspark_prefix_cache_entries"] = double(cache.entries);
         gauges["dspark_prefix_cache_bytes"] = double(cache.bytes);
         gauges["dspark_context_window_tokens"] = double(engine->context_window());
+        gauges["dspark_slots"] = double(engine->slots());
+        const ForwardBatcher::Counters batch = engine->batch_counters();
+        gauges["dspark_batch_steps"] = double(batch.steps);
+        gauges["dspark_batch_sequence_forwards"] = double(batch.sequence_forwards);
+        gauges["dspark_batch_rows"] = double(batch.rows);
+        gauges["dspark_batch_widest"] = double(batch.widest);
       }
       res.set_content(owner.metrics_.render(gauges), "text/plain; version=0.0.4");
     });

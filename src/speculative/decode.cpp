@@ -45,7 +45,7 @@ GenerationResult run_generation(const Model& model, const std::vector<int32_t>& 
   out = DecodeStats{};
   out.mode = options.mode;
   if (options.mode == DecodeMode::baseline) {
-    return Generator(model).generate(prompt, state, config, on_token);
+    return Generator(model, setup.batcher).generate(prompt, state, config, on_token);
   }
   if (options.mode == DecodeMode::lookup) {
     const int max_draft = options.max_draft.value_or(kLookupMaxDraft);
@@ -53,7 +53,9 @@ GenerationResult run_generation(const Model& model, const std::vector<int32_t>& 
         LookupParams{3, 4, max_draft, std::max(max_draft, options.lookup_long_draft)});
     FixedCap cap(std::max(max_draft, options.lookup_long_draft));
     out.cap = max_draft;
-    SpeculativeGenerator generator(model, lookup, cap);
+    SpeculativeOptions speculative;
+    speculative.batcher = setup.batcher;
+    SpeculativeGenerator generator(model, lookup, cap, speculative);
     GenerationResult result = generator.generate(prompt, state, config, on_token);
     out.speculative = generator.stats();
     return result;
@@ -66,6 +68,7 @@ GenerationResult run_generation(const Model& model, const std::vector<int32_t>& 
   out.cap = caps->current_cap();
   std::unique_ptr<LookupDrafter> lookup;
   SpeculativeOptions speculative;
+  speculative.batcher = setup.batcher;
   if (options.lookup_drafts) {
     lookup = std::make_unique<LookupDrafter>(LookupParams{4, 5, 6, options.lookup_long_draft});
     speculative.lookup = lookup.get();

@@ -43,6 +43,8 @@ struct DecodeSetup {
   DecodeOptions options;
   DrafterFactory drafter;       // required for dspark / dflash
   CapPolicyFactory cap_policy;  // optional
+  // Set when generations run concurrently (the server's slots): their forwards share steps.
+  ForwardBatcher* batcher = nullptr;
 };
 
 GenerationResult run_generation(const Model& model, const std::vector<int32_t>& prompt,

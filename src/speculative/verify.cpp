@@ -86,7 +86,8 @@ GenerationResult SpeculativeGenerator::generate(const std::vector<int32_t>& prom
   const double prefill_start = now_seconds();
   const int64_t start = state.length();
   const int64_t new_tokens = static_cast<int64_t>(prompt.size()) - start;
-  model_.forward(prompt.data() + start, new_tokens, state, {new_tokens - 1}, taps, output);
+  target_forward(model_, options_.batcher, prompt.data() + start, new_tokens, state,
+                 {new_tokens - 1}, taps, output);
   ++stats_.target_forwards;
   drafter_.on_target_rows(prompt.data() + start, new_tokens, output.taps.data());
   result.stats.prefill_seconds = now_seconds() - prefill_start;
@@ -164,7 +165,7 @@ GenerationResult SpeculativeGenerator::generate(const std::vector<int32_t>& prom
         }
         const double verify_start = now_seconds();
         state.set_recording(false);
-        model_.forward(rows.data(), fed, state, logit_rows, taps, output);
+        target_forward(model_, options_.batcher, rows.data(), fed, state, logit_rows, taps, output);
         ++stats_.target_forwards;
         ++stats_.forced_forwards;
         stats_.verify_seconds += now_seconds() - verify_start;
@@ -220,7 +221,8 @@ GenerationResult SpeculativeGenerator::generate(const std::vector<int32_t>& prom
     const int64_t length_before = state.length();
     const double verify_start = now_seconds();
     state.set_recording(drafts > 0);
-    model_.forward(rows.data(), drafts + 1, state, logit_rows, taps, output);
+    target_forward(model_, options_.batcher, rows.data(), drafts + 1, state, logit_rows, taps,
+                   output);
     ++stats_.target_forwards;
     stats_.verify_seconds += now_seconds() - verify_start;
 

@@ -77,6 +77,9 @@ struct SpeculativeOptions {
   // lookup hit is verified instead of running the drafter.
   Drafter* lookup = nullptr;
   int lookup_cap = 32;
+  // Batches the target forwards with other generations' (engine/forward_batcher.h); null for a
+  // generation alone.
+  ForwardBatcher* batcher = nullptr;
   // Called after every round with the state rolled back to the accept point (tests compare it
   // with plain decoding's state at the same position).
   std::function<void(const ModelState&)> after_round;

@@ -53,6 +53,54 @@ std::string error_of(const std::function<void()>& body) {
   return "(no error)";
 }
 
+// Three sequences at different depths run one batched forward (a 1-token decode, a recorded
+// 6-token verify, a 23-token prefill, with taps and logits of every row) in steps of `chunk` rows;
+// every output, and every state after it (the next token's logits, the verify's rollback), equals
+// the sequence's own forward bit for bit.
+void expect_batch_equals_lone_forwards(Model& model, int64_t chunk) {
+  const int last = static_cast<int>(model.num_layers()) - 1;
+  const std::vector<int> taps = {last, -1, 0};
+  const std::vector<std::vector<int32_t>> prompts = {token_run(7, 1), token_run(12, 2),
+                                                     token_run(3, 3)};
+  const std::vector<std::vector<int32_t>> runs = {token_run(1, 4), token_run(6, 5),
+                                                  token_run(23, 6)};
+  auto all_rows = [](size_t n) {
+    std::vector<int64_t> rows(n);
+    std::iota(rows.begin(), rows.end(), 0);
+    return rows;
+  };
+  std::vector<ModelState> lone, batched;
+  std::vector<ForwardOutput> lone_out(3), batched_out(3);
+  std::vector<SequenceRun> batch;
+  for (size_t i = 0; i < 3; ++i) {
+    lone.push_back(model.new_state());
+    batched.push_back(model.new_state());
+    lone[i].set_recording(true);
+    batched[i].set_recording(true);
+    logits_of(model, lone[i], prompts[i], false);
+    logits_of(model, batched[i], prompts[i], false);
+  }
+  for (size_t i = 0; i < 3; ++i) {
+    model.forward(runs[i].data(), static_cast<int64_t>(runs[i].size()), lone[i],
+                  all_rows(runs[i].size()), taps, lone_out[i]);
+    batch.push_back({runs[i].data(), static_cast<int64_t>(runs[i].size()), &batched[i],
+                     all_rows(runs[i].size()), taps, &batched_out[i]});
+  }
+  model.set_prefill_chunk(chunk);
+  model.forward_batch(batch);
+  model.set_prefill_chunk(2048);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(batched[i].length(), lone[i].length()) << "sequence " << i;
+    EXPECT_TRUE(batched_out[i].logits == lone_out[i].logits) << "sequence " << i;
+    EXPECT_TRUE(batched_out[i].taps == lone_out[i].taps) << "sequence " << i;
+  }
+  lone[1].trim(lone[1].length() - 4);
+  batched[1].trim(batched[1].length() - 4);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(logits_of(model, batched[i], {9}), logits_of(model, lone[i], {9})) << "after, " << i;
+  }
+}
+
 class NemotronTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
@@ -187,6 +235,27 @@ TEST_P(NemotronTest, TapsAreTheResidualStream) {
   EXPECT_TRUE(std::equal(logits.begin(), logits.end(), out.logits.begin() + V));
 }
 
+TEST_P(NemotronTest, BatchedRunsAreBitIdenticalToLoneForwards) {
+  for (int64_t chunk : {2048, 8}) expect_batch_equals_lone_forwards(*model_, chunk);
+}
+
+// A run the model refuses fails the batch before any state moves, and a state can only be in one
+// run of a batch.
+TEST_P(NemotronTest, ABadRunFailsTheBatchBeforeAnyStateMoves) {
+  ModelState a = model_->new_state(), b = model_->new_state();
+  const std::vector<int32_t> good = token_run(3, 1), bad = {1, 100000};
+  ForwardOutput out_a, out_b;
+  std::vector<SequenceRun> batch = {{good.data(), 3, &a, {2}, {}, &out_a},
+                                    {bad.data(), 2, &b, {1}, {}, &out_b}};
+  EXPECT_NE(error_of([&] { model_->forward_batch(batch); }).find("token id 100000 at row 1"),
+            std::string::npos);
+  EXPECT_EQ(a.length(), 0);
+  batch[1] = {good.data(), 3, &a, {0}, {}, &out_b};
+  EXPECT_NE(error_of([&] { model_->forward_batch(batch); }).find("share a state"),
+            std::string::npos);
+  EXPECT_EQ(a.length(), 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Patterns, NemotronTest, ::testing::Values("M*EM-E", "*ME-EM", "EM*M"));
 
 TEST(NemotronLayout, HuggingFaceLayoutMatchesMlxLayout) {
@@ -314,6 +383,13 @@ TEST(Dense, TrimNeedsNoRecordAndMatchesFreshDecoding) {
   logits_of(*model, fresh, {extra[0], extra[1]});
   const std::vector<int32_t> next = {5};
   EXPECT_EQ(logits_of(*model, state, next), logits_of(*model, fresh, next));
+}
+
+TEST(Dense, BatchedRunsAreBitIdenticalToLoneForwards) {
+  TinyCheckpoint ck(2);
+  testing::fill_llama(ck);
+  auto model = load_model(ck.write());
+  for (int64_t chunk : {2048, 5}) expect_batch_equals_lone_forwards(*model, chunk);
 }
 
 TEST(Dense, VerifyRowsAreBitIdenticalToOneTokenDecoding) {

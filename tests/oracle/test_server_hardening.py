@@ -506,7 +506,8 @@ def test_sigterm_cuts_streams_with_an_error_and_queued_requests_get_503(smollm2)
     grace = 1.0
     # Streams wait up to the keep-alive interval for their job before answering: long enough here
     # for the queued stream to still be waiting when it is cut.
-    s = Serve(smollm2, "--shutdown-grace", str(grace), keepalive=30)
+    # One slot, so that the later requests queue behind the first.
+    s = Serve(smollm2, "--shutdown-grace", str(grace), "--parallel", "1", keepalive=30)
     try:
         conn, resp = open_stream(s, "/v1/chat/completions", {**LONG_CHAT, "stream": True})
         frames = sse_frames(resp)
@@ -544,7 +545,7 @@ def test_sigterm_cuts_streams_with_an_error_and_queued_requests_get_503(smollm2)
 
 
 def test_sigterm_cuts_an_anthropic_stream_and_long_queued_streams_with_error_events(smollm2):
-    s = Serve(smollm2, "--shutdown-grace", "0", keepalive=1)
+    s = Serve(smollm2, "--shutdown-grace", "0", "--parallel", "1", keepalive=1)
     try:
         conn, resp = open_stream(s, "/v1/messages", {
             "messages": QUESTION, "max_tokens": 4000, "stream": True, "temperature": 1.0,

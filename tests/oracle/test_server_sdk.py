@@ -166,7 +166,7 @@ def test_tools_on_a_template_without_a_call_format(server):
 
 def test_llama_cpp_utility_routes(smollm2, server):
     """/tokenize and /detokenize agree with HF tokenizers; /apply-template renders the prompt the
-    chat route counts; /props and /slots describe the one slot."""
+    chat route counts; /props and /slots describe the slots."""
     tokenizer = Tokenizer.from_file(str(smollm2 / "tokenizer.json"))
     text = "Hello, wörld! 12345 <|im_start|>user"
     status, reply = server.post_raw("/tokenize", json.dumps({"content": text}).encode())
@@ -190,23 +190,28 @@ def test_llama_cpp_utility_routes(smollm2, server):
     assert rendered["prompt"].endswith("<|im_start|>assistant\n")
 
     props = json.loads(server.get("/props"))
-    assert props["total_slots"] == 1 and props["n_ctx"] > 0
+    health = json.loads(server.get("/health"))
+    assert props["total_slots"] == health["parallel"] >= 1 and props["n_ctx"] > 0
     assert "<|im_start|>" in props["chat_template"]
     slots = json.loads(server.get("/slots?fail_on_no_slot=1"))
-    assert slots[0]["is_processing"] is False and slots[0]["n_ctx"] == props["n_ctx"]
-    # While a generation runs the one slot is busy, and fail_on_no_slot answers 503.
-    worker = threading.Thread(target=lambda: oa(server).chat.completions.create(
+    assert [s["id"] for s in slots] == list(range(props["total_slots"]))
+    assert all(s["is_processing"] is False and s["n_ctx"] == props["n_ctx"] for s in slots)
+    # While a generation runs in every slot, fail_on_no_slot answers 503.
+    workers = [threading.Thread(target=lambda: oa(server).chat.completions.create(
         model="m", messages=[{"role": "user", "content": "Write a long story about a dragon."}],
-        max_tokens=300, temperature=0))
-    worker.start()
+        max_tokens=300, temperature=0, logit_bias={"0": -100, "1": -100, "2": -100}))
+        for _ in slots]
+    for worker in workers:
+        worker.start()
     codes = set()
-    while worker.is_alive() and 503 not in codes:
+    while any(w.is_alive() for w in workers) and 503 not in codes:
         try:
             server.get("/slots?fail_on_no_slot=1")
             codes.add(200)
         except urllib.error.HTTPError as e:
             codes.add(e.code)
-    worker.join()
+    for worker in workers:
+        worker.join()
     assert 503 in codes
 
 

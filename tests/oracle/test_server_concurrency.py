@@ -1,0 +1,124 @@
+"""`dspark serve --parallel 4` under concurrent load, through the official openai and anthropic
+SDKs: eight requests of mixed lengths and settings (stop strings, a JSON constraint, logprobs, a
+seeded sampled answer, a stream, a long prompt, the Anthropic route) sent at once answer exactly
+what each answers alone, content, tokens and logprobs, in every decoding mode: plain, lookup, and
+the DSpark and DFlash drafters on a hybrid nemotron_h and a qwen3 target. The slots' forwards
+share steps (/metrics counts them), and a row's result does not depend on the rows beside it, so
+batching never changes an answer."""
+import threading
+
+import anthropic
+import openai
+import pytest
+
+from test_server_drafter import dirs  # noqa: F401  (the tiny targets and drafters)
+from test_server_sdk import KEY, LiveServer
+
+LONG = " ".join(f"item {i} is number {i * 7 % 13}." for i in range(60))
+
+
+def requests_for(json_ok):
+    """(route, arguments) of the eight requests."""
+    ask = [{"role": "user", "content": "Tell me about the sea and the ships on it."}]
+    out = [
+        ("chat", dict(messages=ask, max_tokens=40, temperature=0)),
+        ("chat", dict(messages=[{"role": "user", "content": "Name three colors, please."}],
+                      max_tokens=30, temperature=0, stop=[".", "\n\n"])),
+        ("chat", dict(messages=[{"role": "user", "content": "Count from one to ten."}],
+                      max_tokens=24, temperature=1.0, seed=11)),
+        ("chat", dict(messages=[{"role": "user", "content": "What is two plus two?"}],
+                      max_tokens=20, temperature=0, logprobs=True, top_logprobs=3)),
+        ("stream", dict(messages=[{"role": "user", "content": "Write a short poem."}],
+                        max_tokens=36, temperature=0)),
+        ("chat", dict(messages=[{"role": "user", "content": LONG + " Which item is first?"}],
+                      max_tokens=12, temperature=0)),
+        ("anthropic", dict(messages=[{"role": "user", "content": "Say hello to the team."}],
+                           max_tokens=28)),
+    ]
+    if json_ok:
+        out.append(("chat", dict(messages=[{"role": "user", "content": "Give me a JSON object."}],
+                                 max_tokens=40, temperature=0,
+                                 response_format={"type": "json_object"})))
+    else:
+        out.append(("chat", dict(messages=ask, max_tokens=18, temperature=0, stop=["the"])))
+    return out
+
+
+def run(server, route, args):
+    if route == "anthropic":
+        client = anthropic.Anthropic(base_url=server.url, api_key=KEY, max_retries=0, timeout=300)
+        reply = client.messages.create(model="m", extra_body={"temperature": 0}, **args)
+        return ("".join(b.text for b in reply.content), reply.stop_reason,
+                reply.usage.output_tokens)
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0, timeout=300)
+    if route == "stream":
+        content, finish = "", None
+        for chunk in client.chat.completions.create(model="m", stream=True, **args):
+            for choice in chunk.choices:
+                content += choice.delta.content or ""
+                finish = choice.finish_reason or finish
+        return content, finish
+    reply = client.chat.completions.create(model="m", **args)
+    choice = reply.choices[0]
+    logprobs = None
+    if choice.logprobs and choice.logprobs.content:
+        logprobs = [(t.token, t.logprob, [(a.token, a.logprob) for a in t.top_logprobs])
+                    for t in choice.logprobs.content]
+    return choice.message.content, choice.finish_reason, reply.usage.completion_tokens, logprobs
+
+
+def metric(server, name):
+    for line in server.get("/metrics").splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"no {name} in /metrics")
+
+
+def check_concurrent_equals_alone(server, json_ok=True):
+    requests = requests_for(json_ok)
+    alone = [run(server, route, args) for route, args in requests]
+    steps_before = metric(server, "dspark_batch_steps")
+    forwards_before = metric(server, "dspark_batch_sequence_forwards")
+    together = [None] * len(requests)
+    errors = []
+
+    def worker(i):
+        try:
+            together[i] = run(server, *requests[i])
+        except Exception as e:  # reported below, with the request
+            errors.append((i, e))
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(requests))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    for i, (ours, reference) in enumerate(zip(together, alone)):
+        assert ours == reference, f"request {i} ({requests[i][0]}) changed under load"
+    steps = metric(server, "dspark_batch_steps") - steps_before
+    forwards = metric(server, "dspark_batch_sequence_forwards") - forwards_before
+    # Requests overlapped: steps carried several sequences at once.
+    assert forwards > 1.5 * steps, (forwards, steps)
+    assert metric(server, "dspark_batch_widest") >= 3
+    assert metric(server, "dspark_slots") == 4
+
+
+@pytest.mark.parametrize("mode", ["baseline", "lookup"])
+def test_default_model_under_load_answers_as_alone(smollm2, mode):
+    server = LiveServer(smollm2, "--parallel", "4", "--mode", mode)
+    try:
+        check_concurrent_equals_alone(server)
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("target,kind", [("nemotron_attn", "dspark"), ("qwen3_tied", "dflash")])
+def test_model_drafters_under_load_answer_as_alone(dirs, target, kind):  # noqa: F811
+    entry = dirs[target]
+    server = LiveServer(entry["model"], "--parallel", "4", "--mode", kind, "--drafter",
+                        str(entry[kind]), "--max-draft", "3")
+    try:
+        check_concurrent_equals_alone(server, json_ok=target == "qwen3_tied")
+    finally:
+        server.stop()

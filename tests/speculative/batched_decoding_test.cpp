@@ -1,0 +1,159 @@
+// Concurrent generations through one ForwardBatcher: every generation, plain or speculative with
+// any drafter, greedy or sampled, returns exactly what it returns alone, while the steps really do
+// carry several sequences at once.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <latch>
+#include <random>
+#include <thread>
+
+#include "engine/forward_batcher.h"
+#include "spec_models.h"
+#include "speculative/decode.h"
+#include "test_drafters.h"
+
+namespace dspark {
+namespace {
+
+struct Case {
+  std::vector<int32_t> prompt;
+  int64_t max_tokens = 0;
+  float temperature = 0.0f;
+  int drafter = -1;  // -1 plain, else testing::make_drafter's kind
+  int cap = 0;
+};
+
+std::vector<Case> mixed_cases(int64_t vocab) {
+  std::mt19937 rng(5);
+  std::vector<Case> cases;
+  const int drafters[] = {-1, -1, 0, 1, 2, 3, 0, -1};
+  for (int i = 0; i < 8; ++i) {
+    Case c;
+    for (int t = 0; t < 4 + 3 * i; ++t) c.prompt.push_back(static_cast<int32_t>(rng() % vocab));
+    if (i == 5) c.prompt = {5, 6, 7, 8, 5, 6, 7, 8, 5, 6};  // lookup drafts hit
+    c.max_tokens = 9 + 3 * i;
+    c.temperature = i % 3 == 1 ? 1.0f : 0.0f;
+    c.drafter = drafters[i];
+    c.cap = 1 + i % 4;
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+// The plain continuation the always-right drafter proposes.
+std::vector<int32_t> plain_continuation(const Model& model, const Case& c) {
+  ModelState state = model.new_state();
+  GenerationConfig config;
+  config.max_tokens = c.max_tokens;
+  std::vector<int32_t> full = c.prompt;
+  const GenerationResult plain = Generator(model).generate(
+      c.prompt, state, config, [](const CommittedToken&) { return true; });
+  full.insert(full.end(), plain.tokens.begin(), plain.tokens.end());
+  return full;
+}
+
+// `full`: the prompt and its plain continuation, for the always-right drafter.
+std::vector<int32_t> generate_case(const Model& model, const Case& c,
+                                   const std::vector<int32_t>& full, ForwardBatcher* batcher) {
+  GenerationConfig config;
+  config.max_tokens = c.max_tokens;
+  config.sampling.temperature = c.temperature;
+  config.sampling.seed = 1234 + c.max_tokens;
+  DecodeSetup setup;
+  setup.batcher = batcher;
+  if (c.drafter >= 0) {
+    setup.options.mode = DecodeMode::dspark;
+    setup.options.max_draft = c.cap;
+    setup.drafter = [&, full] {
+      return testing::make_drafter(c.drafter, full, model.vocab_size(), 77, c.cap);
+    };
+  }
+  ModelState state = model.new_state();
+  return run_generation(model, c.prompt, state, config, setup,
+                        [](const CommittedToken&) { return true; })
+      .tokens;
+}
+
+class BatchedDecoding : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BatchedDecoding, EveryGenerationEqualsItsLoneRun) {
+  testing::TinyCheckpoint checkpoint(41);
+  if (GetParam() == "llama") {
+    testing::fill_llama(checkpoint);
+  } else {
+    testing::fill_nemotron(checkpoint, GetParam());
+  }
+  const std::string dir = testing::write_stored(checkpoint, testing::Storage::q4, "batched");
+  auto model = load_model(dir);
+  const std::vector<Case> cases = mixed_cases(model->vocab_size());
+  std::vector<std::vector<int32_t>> alone, full;
+  for (const Case& c : cases) {
+    full.push_back(plain_continuation(*model, c));
+    alone.push_back(generate_case(*model, c, full.back(), nullptr));
+  }
+
+  // A grace long enough that every step waits for every member: the steps are then as wide as
+  // the running generations, whatever the scheduling.
+  ForwardBatcher batcher(*model, std::chrono::seconds(30));
+  std::vector<std::vector<int32_t>> together(cases.size());
+  std::latch joined(static_cast<std::ptrdiff_t>(cases.size()));
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    threads.emplace_back([&, i] {
+      ForwardBatcher::Membership membership(batcher);
+      joined.arrive_and_wait();
+      together[i] = generate_case(*model, cases[i], full[i], &batcher);
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (size_t i = 0; i < cases.size(); ++i) {
+    EXPECT_EQ(together[i], alone[i]) << "generation " << i;
+    EXPECT_EQ(static_cast<int64_t>(together[i].size()), cases[i].max_tokens) << "generation " << i;
+  }
+  const ForwardBatcher::Counters counters = batcher.counters();
+  EXPECT_EQ(counters.widest, static_cast<int64_t>(cases.size()));
+  EXPECT_GT(counters.sequence_forwards, 3 * counters.steps);
+  std::filesystem::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, BatchedDecoding, ::testing::Values("M*EMEM-", "llama"));
+
+// A forward the model refuses fails only its own caller; the step goes on for the others.
+TEST(BatchedDecodingErrors, ARefusedForwardFailsOnlyItsCaller) {
+  testing::TinyCheckpoint checkpoint(42);
+  testing::fill_nemotron(checkpoint, "M*E");
+  auto model = load_model(checkpoint.write());
+  Case c;
+  c.prompt = {1, 2, 3, 4};
+  c.max_tokens = 12;
+  const std::vector<int32_t> alone = generate_case(*model, c, {}, nullptr);
+  ForwardBatcher batcher(*model, std::chrono::seconds(30));
+  std::vector<int32_t> together;
+  std::string refused;
+  std::latch joined(2);
+  std::thread good([&] {
+    ForwardBatcher::Membership membership(batcher);
+    joined.arrive_and_wait();
+    together = generate_case(*model, c, {}, &batcher);
+  });
+  std::thread bad([&] {
+    ForwardBatcher::Membership membership(batcher);
+    joined.arrive_and_wait();
+    ModelState state = model->new_state();
+    const std::vector<int32_t> tokens = {1, static_cast<int32_t>(model->vocab_size())};
+    ForwardOutput out;
+    try {
+      batcher.forward(tokens.data(), 2, state, {1}, {}, out);
+    } catch (const std::exception& e) {
+      refused = e.what();
+    }
+  });
+  good.join();
+  bad.join();
+  EXPECT_EQ(together, alone);
+  EXPECT_NE(refused.find("outside the vocabulary"), std::string::npos) << refused;
+}
+
+}  // namespace
+}  // namespace dspark
