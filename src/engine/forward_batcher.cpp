@@ -34,6 +34,11 @@ ForwardBatcher::Membership::~Membership() {
   batcher_.arrived_.notify_all();
 }
 
+int ForwardBatcher::members() const {
+  std::lock_guard lock(mutex_);
+  return members_;
+}
+
 ForwardBatcher::Counters ForwardBatcher::counters() const {
   std::lock_guard lock(mutex_);
   return counters_;

@@ -53,6 +53,9 @@ class ForwardBatcher {
     ForwardBatcher& batcher_;
   };
 
+  // Generations joined now (Membership).
+  int members() const;
+
   struct Counters {
     int64_t steps = 0;              // batched forwards run
     int64_t sequence_forwards = 0;  // forwards the steps served (> steps once requests overlap)

@@ -53,6 +53,13 @@ double CostCurves::depth(int width, int64_t context) const {
   return std::max(0.0, slope) * static_cast<double>(context - reference_context);
 }
 
+double CostCurves::batch_round_ms(int cap, int64_t context, int sequences) const {
+  const double b = std::max(sequences, 1);
+  if (cap <= 0) return verify(sequences) + b * depth(1, context);
+  return b * drafter(cap) + verify(sequences * (cap + 1)) + b * depth(cap + 1, context) +
+         overhead_ms;
+}
+
 double CostCurves::round_ms(int cap, int64_t context) const {
   if (cap <= 0) return verify(1) + depth(1, context);
   return drafter(cap) + verify(cap + 1) + depth(cap + 1, context) + overhead_ms;
@@ -94,13 +101,16 @@ double round_rate(const CostCurves& curves, int cap, double p, int64_t context) 
 namespace {
 
 template <typename Expected>
-int argmax_cap(const CostCurves& curves, int max_cap, int64_t context, Expected expected) {
+int argmax_cap(const CostCurves& curves, int max_cap, int64_t context, int sequences,
+               Expected expected) {
   if (curves.empty()) fail("the draft cap cannot be derived without measured verify costs");
   if (max_cap < 1) fail("the largest draft cap must be at least 1, not {}", max_cap);
   int best = 0;
   double best_rate = -1.0;
   for (int cap = 0; cap <= max_cap; ++cap) {
-    const double rate = expected(cap) / curves.round_ms(cap, context);
+    const double rate =
+        sequences == 1 ? expected(cap) / curves.round_ms(cap, context)
+                       : sequences * expected(cap) / curves.batch_round_ms(cap, context, sequences);
     if (rate > best_rate) {
       best_rate = rate;
       best = cap;
@@ -111,15 +121,26 @@ int argmax_cap(const CostCurves& curves, int max_cap, int64_t context, Expected 
 
 }  // namespace
 
-int derive_cap(const CostCurves& curves, int max_cap, double p, int64_t context) {
-  return argmax_cap(curves, max_cap, context, [p](int cap) { return expected_committed(p, cap); });
+int derive_cap(const CostCurves& curves, int max_cap, double p, int64_t context, int sequences) {
+  return argmax_cap(curves, max_cap, context, std::max(sequences, 1),
+                    [p](int cap) { return expected_committed(p, cap); });
 }
 
 int derive_cap(const CostCurves& curves, int max_cap, const std::vector<double>& survival,
                int64_t context) {
-  return argmax_cap(curves, max_cap, context, [&survival](int cap) {
+  return argmax_cap(curves, max_cap, context, 1, [&survival](int cap) {
     return expected_committed(survival, kDerivedCapPrior, cap);
   });
+}
+
+DerivedCap::DerivedCap(CostCurves curves, int max_cap)
+    : curves_(std::move(curves)), max_cap_(max_cap) {}
+
+int DerivedCap::current_cap() const {
+  if (static_cast<int>(by_load_.size()) < sequences_) by_load_.resize(sequences_, -1);
+  int& cap = by_load_[sequences_ - 1];
+  if (cap < 0) cap = derive_cap(curves_, max_cap_, kDerivedCapPrior, 512, sequences_);
+  return cap;
 }
 
 AutoCapController::AutoCapController(CostCurves curves, int max_cap)
@@ -177,6 +198,12 @@ void AutoCapController::repick() {
 }
 
 int AutoCapController::cap_for_round() {
+  const int cap = controller_cap();
+  if (load_ <= 1 || cap == 0) return cap;
+  return std::min(cap, derive_cap(curves_, max_cap_, p_, context_, load_));
+}
+
+int AutoCapController::controller_cap() {
   ++round_;
   probing_ = false;
   if (cap_ == 0) {
@@ -244,7 +271,7 @@ CapPolicyFactory make_cap_policy_factory(CostCurves curves, int max_cap, bool al
       params.allow_parking = allow_parking;
       return std::make_unique<AutoCapController>(curves, max_cap, params);
     }
-    return std::make_unique<FixedCap>(derive_cap(curves, max_cap));
+    return std::make_unique<DerivedCap>(curves, max_cap);
   };
 }
 

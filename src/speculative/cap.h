@@ -28,6 +28,10 @@ struct CostCurves {
   double depth(int width, int64_t context) const;
   // Milliseconds of a round offering `cap` drafts at `context` (cap 0: a plain step).
   double round_ms(int cap, int64_t context) const;
+  // Milliseconds of one shared step in which each of `sequences` generations offers `cap` drafts:
+  // their drafting, one verify forward of all their rows, each one's attention at `context`.
+  // round_ms for one sequence.
+  double batch_round_ms(int cap, int64_t context, int sequences) const;
 };
 
 // Expected committed tokens of a round offering `cap` drafts: 1 + Σ_{i=1..cap} p^i.
@@ -47,12 +51,29 @@ double round_rate(const CostCurves& curves, int cap, double p, int64_t context);
 constexpr double kDerivedCapPrior = 0.70;
 
 // argmax over C in 0..max_cap of round_rate (ties go to the smaller cap). 0 means plain decoding:
-// on these costs no cap pays at the assumed acceptance.
+// on these costs no cap pays at the assumed acceptance. Under load (`sequences` generations
+// sharing each step, all offering C drafts) the rate is the step's: sequences · E[committed] over
+// batch_round_ms, so the cap falls as load rises, to 0 where verify rows cost what they commit.
 int derive_cap(const CostCurves& curves, int max_cap, double p = kDerivedCapPrior,
-               int64_t context = 512);
+               int64_t context = 512, int sequences = 1);
 // The same with measured per-slot survival, continued with the prior beyond it.
 int derive_cap(const CostCurves& curves, int max_cap, const std::vector<double>& survival,
                int64_t context = 512);
+
+// The derived cap as a policy: derive_cap at the prior, re-derived for the load the loop reports.
+class DerivedCap : public CapPolicy {
+ public:
+  DerivedCap(CostCurves curves, int max_cap);
+  int cap_for_round() override { return current_cap(); }
+  int current_cap() const override;
+  void on_load(int sequences) override { sequences_ = std::max(sequences, 1); }
+
+ private:
+  CostCurves curves_;
+  int max_cap_;
+  int sequences_ = 1;
+  mutable std::vector<int> by_load_;  // [sequences - 1], derived on first use (-1: not yet)
+};
 
 // The per-round controller (--max-draft auto, §16.4): a running-mean-then-EWMA estimate of the
 // per-slot acceptance p, per-cap timing, a re-pick every few rounds with hysteresis, and parking
@@ -84,8 +105,11 @@ class AutoCapController : public CapPolicy {
   AutoCapController(CostCurves curves, int max_cap);
   AutoCapController(CostCurves curves, int max_cap, Params params);
 
+  // The controller's cap; under load no more than the derived cap at its acceptance estimate for
+  // that load.
   int cap_for_round() override;
   void on_round(int cap_used, int accepted, double seconds, int committed) override;
+  void on_load(int sequences) override { load_ = std::max(sequences, 1); }
 
   // Context depth of the sequence (prompt + generated), for the depth term of the cost model.
   void set_context(int64_t tokens) { context_ = tokens; }
@@ -110,6 +134,7 @@ class AutoCapController : public CapPolicy {
     int64_t last_round = 0;
   };
 
+  int controller_cap();
   double model_rate(int cap) const;
   void repick();
   void observe(double outcome);
@@ -121,6 +146,7 @@ class AutoCapController : public CapPolicy {
   double p_;
   int64_t observations_ = 0;
   int64_t context_ = 0;
+  int load_ = 1;                   // generations sharing the steps
   int64_t round_ = 0;              // rounds the loop asked a cap for
   int64_t parked_rounds_ = 0;      // plain steps since parking or the last probe
   int64_t probe_gap_ = 0;          // plain steps between probes now

@@ -195,6 +195,7 @@ GenerationResult SpeculativeGenerator::generate(const std::vector<int32_t>& prom
     int cap_used = 0;
     if (budget > 0 && draft.tokens.empty()) {
       caps_.on_context(static_cast<int64_t>(committed.size()));
+      if (options_.batcher != nullptr) caps_.on_load(options_.batcher->members());
       cap_used = static_cast<int>(std::min<int64_t>(caps_.cap_for_round(), budget));
       if (cap_used > 0) {
         DraftRequest request{committed, cap_used, sampling, rng};

@@ -56,6 +56,8 @@ class CapPolicy {
   virtual int current_cap() const = 0;
   // The sequence now holds `tokens` committed tokens (the context depth the next round runs at).
   virtual void on_context(int64_t tokens) { (void)tokens; }
+  // `sequences` generations (this one included) now share each target step (forward_batcher.h).
+  virtual void on_load(int sequences) { (void)sequences; }
   // A drafter (not lookup) round ended: `cap_used` drafts offered, `accepted` taken.
   virtual void on_round(int cap_used, int accepted, double seconds, int committed) {
     (void)cap_used, (void)accepted, (void)seconds, (void)committed;

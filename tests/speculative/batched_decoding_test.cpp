@@ -3,6 +3,7 @@
 // carry several sequences at once.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
 #include <latch>
 #include <random>
@@ -53,6 +54,22 @@ std::vector<int32_t> plain_continuation(const Model& model, const Case& c) {
   return full;
 }
 
+// A fixed cap that remembers the most generations the loop said were sharing the steps.
+class LoadRecordingCap : public FixedCap {
+ public:
+  LoadRecordingCap(int cap, std::atomic<int>& most) : FixedCap(cap), most_(most) {}
+  void on_load(int sequences) override {
+    int seen = most_.load();
+    while (sequences > seen && !most_.compare_exchange_weak(seen, sequences)) {
+    }
+  }
+
+ private:
+  std::atomic<int>& most_;
+};
+
+std::atomic<int> most_load{0};
+
 // `full`: the prompt and its plain continuation, for the always-right drafter.
 std::vector<int32_t> generate_case(const Model& model, const Case& c,
                                    const std::vector<int32_t>& full, ForwardBatcher* batcher) {
@@ -65,6 +82,9 @@ std::vector<int32_t> generate_case(const Model& model, const Case& c,
   if (c.drafter >= 0) {
     setup.options.mode = DecodeMode::dspark;
     setup.options.max_draft = c.cap;
+    setup.cap_policy = [&c](const DecodeOptions&) -> std::unique_ptr<CapPolicy> {
+      return std::make_unique<LoadRecordingCap>(c.cap, most_load);
+    };
     setup.drafter = [&, full] {
       return testing::make_drafter(c.drafter, full, model.vocab_size(), 77, c.cap);
     };
@@ -87,11 +107,13 @@ TEST_P(BatchedDecoding, EveryGenerationEqualsItsLoneRun) {
   const std::string dir = testing::write_stored(checkpoint, testing::Storage::q4, "batched");
   auto model = load_model(dir);
   const std::vector<Case> cases = mixed_cases(model->vocab_size());
+  most_load = 0;
   std::vector<std::vector<int32_t>> alone, full;
   for (const Case& c : cases) {
     full.push_back(plain_continuation(*model, c));
     alone.push_back(generate_case(*model, c, full.back(), nullptr));
   }
+  EXPECT_EQ(most_load.load(), 0) << "alone, nothing reports a load";
 
   // A grace long enough that every step waits for every member: the steps are then as wide as
   // the running generations, whatever the scheduling.
@@ -111,6 +133,8 @@ TEST_P(BatchedDecoding, EveryGenerationEqualsItsLoneRun) {
     EXPECT_EQ(together[i], alone[i]) << "generation " << i;
     EXPECT_EQ(static_cast<int64_t>(together[i].size()), cases[i].max_tokens) << "generation " << i;
   }
+  // The loop reports the load to the cap policy (which the derived cap and the controller use).
+  EXPECT_EQ(most_load.load(), static_cast<int>(cases.size()));
   const ForwardBatcher::Counters counters = batcher.counters();
   EXPECT_EQ(counters.widest, static_cast<int64_t>(cases.size()));
   EXPECT_GT(counters.sequence_forwards, 3 * counters.steps);

