@@ -82,6 +82,8 @@ void ForwardBatcher::step_loop() {
     counters_.sequence_forwards += static_cast<int64_t>(step.size());
     for (const SequenceRun& run : runs) counters_.rows += run.n;
     counters_.widest = std::max<int64_t>(counters_.widest, static_cast<int64_t>(step.size()));
+    if (counters_.steps_by_width.size() < step.size()) counters_.steps_by_width.resize(step.size());
+    ++counters_.steps_by_width[step.size() - 1];
     for (Request* request : step) {
       request->error = error;
       request->done = true;

@@ -61,6 +61,7 @@ class ForwardBatcher {
     int64_t sequence_forwards = 0;  // forwards the steps served (> steps once requests overlap)
     int64_t rows = 0;               // token rows the steps ran
     int64_t widest = 0;             // most sequences in one step
+    std::vector<int64_t> steps_by_width;  // [w - 1]: steps that carried w sequences
   };
   Counters counters() const;
 

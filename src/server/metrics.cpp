@@ -90,7 +90,38 @@ void Metrics::count_rejected() {
   ++rejected_;
 }
 
-std::string Metrics::render(const std::map<std::string, double>& gauges) const {
+namespace {
+
+// The batched steps (engine/forward_batcher.h): totals, and how many sequences the steps carried.
+void render_batch(const ForwardBatcher::Counters& batch, std::string& out) {
+  counter("dspark_batch_steps_total", "Batched target forwards run.", double(batch.steps), out);
+  counter("dspark_batch_sequence_forwards_total",
+          "Sequence forwards the batched steps served (above the step count once requests "
+          "overlap).",
+          double(batch.sequence_forwards), out);
+  counter("dspark_batch_rows_total", "Token rows the batched steps ran.", double(batch.rows), out);
+  gauge("dspark_batch_widest", double(batch.widest), out);
+  out +=
+      "# HELP dspark_batch_sequences Sequences per batched step.\n"
+      "# TYPE dspark_batch_sequences histogram\n";
+  int64_t cumulative = 0;
+  size_t width = 0;
+  for (int64_t bound : {1, 2, 4, 8, 16, 32}) {
+    for (; width < batch.steps_by_width.size() && int64_t(width) < bound; ++width) {
+      cumulative += batch.steps_by_width[width];
+    }
+    out += fmt::format("dspark_batch_sequences_bucket{{le=\"{}\"}} {}\n", bound, cumulative);
+  }
+  out += fmt::format(
+      "dspark_batch_sequences_bucket{{le=\"+Inf\"}} {}\ndspark_batch_sequences_sum {}\n"
+      "dspark_batch_sequences_count {}\n",
+      batch.steps, batch.sequence_forwards, batch.steps);
+}
+
+}  // namespace
+
+std::string Metrics::render(const std::map<std::string, double>& gauges,
+                            const ForwardBatcher::Counters* batch) const {
   std::lock_guard lock(mutex_);
   std::string out;
   out +=
@@ -128,6 +159,7 @@ std::string Metrics::render(const std::map<std::string, double>& gauges) const {
   gauge("dspark_prefill_tokens_done", prefill_done, out);
   gauge("dspark_prefill_tokens_total", prefill_total, out);
   for (const auto& [name, value] : gauges) gauge(name, value, out);
+  if (batch != nullptr) render_batch(*batch, out);
   queue_.render("dspark_queue_seconds", "Time from arrival to the start of generation.", out);
   ttft_.render("dspark_time_to_first_token_seconds", "Time from arrival to the first token.", out);
   per_token_.render("dspark_time_per_output_token_seconds", "Decode time per generated token.",

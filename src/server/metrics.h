@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/forward_batcher.h"
+
 namespace dspark::server {
 
 class Histogram {
@@ -53,8 +55,10 @@ class Metrics {
   void count_cancelled();
   void count_rejected();
 
-  // Extra gauges rendered as given (name -> value), e.g. memory and prefix-cache figures.
-  std::string render(const std::map<std::string, double>& gauges) const;
+  // Extra gauges rendered as given (name -> value), e.g. memory and prefix-cache figures, and the
+  // batched steps' counters and width histogram when `batch` is given.
+  std::string render(const std::map<std::string, double>& gauges,
+                     const ForwardBatcher::Counters* batch = nullptr) const;
 
  private:
   mutable std::mutex mutex_;

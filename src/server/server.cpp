@@ -827,6 +827,7 @@ struct Server::Impl {
       res.set_content(dump_json(Json({{"object", "list"}, {"data", data}})), "application/json");
     });
     http.Get("(?:/v1)?/metrics/?", [this](const httplib::Request&, httplib::Response& res) {
+      std::optional<ForwardBatcher::Counters> batch;
       std::map<std::string, double> gauges = {
           {"dspark_resident_memory_bytes", double(current_rss_bytes())},
           {"dspark_peak_resident_memory_bytes", double(peak_rss_bytes())},
@@ -839,13 +840,10 @@ struct Server::Impl {
         gauges["dspark_prefix_cache_bytes"] = double(cache.bytes);
         gauges["dspark_context_window_tokens"] = double(engine->context_window());
         gauges["dspark_slots"] = double(engine->slots());
-        const ForwardBatcher::Counters batch = engine->batch_counters();
-        gauges["dspark_batch_steps"] = double(batch.steps);
-        gauges["dspark_batch_sequence_forwards"] = double(batch.sequence_forwards);
-        gauges["dspark_batch_rows"] = double(batch.rows);
-        gauges["dspark_batch_widest"] = double(batch.widest);
+        batch = engine->batch_counters();
       }
-      res.set_content(owner.metrics_.render(gauges), "text/plain; version=0.0.4");
+      res.set_content(owner.metrics_.render(gauges, batch ? &*batch : nullptr),
+                      "text/plain; version=0.0.4");
     });
     add_llama_cpp_routes();
     http.Get("/", [](const httplib::Request&, httplib::Response& res) {

@@ -5,7 +5,10 @@ what each answers alone, content, tokens and logprobs, in every decoding mode: p
 the DSpark and DFlash drafters on a hybrid nemotron_h and a qwen3 target. The slots' forwards
 share steps (/metrics counts them), and a row's result does not depend on the rows beside it, so
 batching never changes an answer."""
+import pathlib
+import random
 import threading
+import time
 
 import anthropic
 import openai
@@ -77,8 +80,8 @@ def metric(server, name):
 def check_concurrent_equals_alone(server, json_ok=True):
     requests = requests_for(json_ok)
     alone = [run(server, route, args) for route, args in requests]
-    steps_before = metric(server, "dspark_batch_steps")
-    forwards_before = metric(server, "dspark_batch_sequence_forwards")
+    steps_before = metric(server, "dspark_batch_steps_total")
+    forwards_before = metric(server, "dspark_batch_sequence_forwards_total")
     together = [None] * len(requests)
     errors = []
 
@@ -96,12 +99,25 @@ def check_concurrent_equals_alone(server, json_ok=True):
     assert not errors, errors
     for i, (ours, reference) in enumerate(zip(together, alone)):
         assert ours == reference, f"request {i} ({requests[i][0]}) changed under load"
-    steps = metric(server, "dspark_batch_steps") - steps_before
-    forwards = metric(server, "dspark_batch_sequence_forwards") - forwards_before
+    steps = metric(server, "dspark_batch_steps_total") - steps_before
+    forwards = metric(server, "dspark_batch_sequence_forwards_total") - forwards_before
     # Requests overlapped: steps carried several sequences at once.
     assert forwards > 1.5 * steps, (forwards, steps)
     assert metric(server, "dspark_batch_widest") >= 3
     assert metric(server, "dspark_slots") == 4
+    check_batch_histogram(server)
+
+
+def check_batch_histogram(server):
+    """The sequences-per-step histogram adds up to the step and sequence-forward totals."""
+    assert metric(server, "dspark_batch_sequences_count") == metric(server, "dspark_batch_steps_total")
+    assert metric(server, 'dspark_batch_sequences_bucket{le="+Inf"}') == \
+        metric(server, "dspark_batch_steps_total")
+    assert metric(server, "dspark_batch_sequences_sum") == \
+        metric(server, "dspark_batch_sequence_forwards_total")
+    buckets = [metric(server, f'dspark_batch_sequences_bucket{{le="{b}"}}')
+               for b in (1, 2, 4, 8, 16, 32)]
+    assert buckets == sorted(buckets)
 
 
 @pytest.mark.parametrize("mode", ["baseline", "lookup"])
@@ -120,5 +136,101 @@ def test_model_drafters_under_load_answer_as_alone(dirs, target, kind):  # noqa:
                         str(entry[kind]), "--max-draft", "3")
     try:
         check_concurrent_equals_alone(server, json_ok=target == "qwen3_tied")
+    finally:
+        server.stop()
+
+
+def rss_bytes(pid):
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS in /proc/{pid}/status")
+
+
+QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+def dialect_answer(server, kind, disconnect=False):
+    """One 8-token greedy answer in dialect `kind`; None when the client cut the stream."""
+    oa = openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0, timeout=300)
+    an = anthropic.Anthropic(base_url=server.url, api_key=KEY, max_retries=0, timeout=300)
+    if disconnect:
+        if kind == "anthropic":
+            with an.messages.stream(model="m", max_tokens=8, messages=QUESTION,
+                                    extra_body={"temperature": 0}) as stream:
+                next(iter(stream))
+        else:
+            stream = oa.chat.completions.create(model="m", messages=QUESTION, max_tokens=8,
+                                                temperature=0, stream=True)
+            next(iter(stream))
+            stream.close()
+        return None
+    if kind == "chat":
+        r = oa.chat.completions.create(model="m", messages=QUESTION, max_tokens=8, temperature=0)
+        return r.choices[0].message.content, r.choices[0].finish_reason
+    if kind == "completions":
+        r = oa.completions.create(model="m", prompt="The capital of France is", max_tokens=8,
+                                  temperature=0)
+        return r.choices[0].text, r.choices[0].finish_reason
+    if kind == "responses":
+        r = oa.responses.create(model="m", input="What is the capital of France?",
+                                max_output_tokens=16, temperature=0)
+        return r.output_text, r.status
+    r = an.messages.create(model="m", max_tokens=8, messages=QUESTION, extra_body={"temperature": 0})
+    return "".join(b.text for b in r.content), r.stop_reason
+
+
+def test_32_clients_on_8_slots_with_disconnects_in_every_dialect(smollm2):
+    """32 clients x 4 requests over the OpenAI chat, completions and Responses routes and the
+    Anthropic route, a quarter of them streams the client cuts after the first event, on
+    --parallel 8: every finished answer is the one the request gets alone, the metrics add up,
+    and RSS stays flat."""
+    kinds = ["chat", "completions", "responses", "anthropic"]
+    server = LiveServer(smollm2, "--parallel", "8")
+    try:
+        expected = {kind: dialect_answer(server, kind) for kind in kinds}
+        rss_before = rss_bytes(server.proc.pid)
+        errors, finished, cut = [], [0], [0]
+        lock = threading.Lock()
+
+        def client(seed):
+            rng = random.Random(seed)
+            for _ in range(4):
+                kind = rng.choice(kinds)
+                disconnect = kind in ("chat", "anthropic") and rng.random() < 0.25
+                try:
+                    got = dialect_answer(server, kind, disconnect)
+                except Exception as e:  # noqa: BLE001 - every failure is a test failure
+                    with lock:
+                        errors.append((kind, repr(e)))
+                    continue
+                with lock:
+                    if disconnect:
+                        cut[0] += 1
+                    elif got != expected[kind]:
+                        errors.append((kind, got, expected[kind]))
+                    else:
+                        finished[0] += 1
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(32)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors[:5]
+        assert finished[0] + cut[0] == 128 and cut[0] > 0
+        # Cancelled streams end their jobs; nothing is left waiting or running.
+        deadline = time.time() + 30
+        while time.time() < deadline and (metric(server, "dspark_requests_running") or
+                                          metric(server, "dspark_requests_waiting")):
+            time.sleep(0.1)
+        assert metric(server, "dspark_requests_running") == 0
+        assert metric(server, "dspark_requests_waiting") == 0
+        assert metric(server, "dspark_prefill_tokens_total") == 0
+        assert metric(server, "dspark_batch_widest") >= 4
+        check_batch_histogram(server)
+        rss_after = rss_bytes(server.proc.pid)
+        assert rss_after - rss_before < 96 * 2**20 + rss_before // 4, (rss_before, rss_after)
+        assert {kind: dialect_answer(server, kind) for kind in kinds} == expected
     finally:
         server.stop()
