@@ -11,7 +11,7 @@ so machine noise hits them alike; each cell is the median of --repeats rounds. d
 under load are also checked against the same requests sent one at a time (they must be equal: the
 slots' forwards share steps, which never changes a row).
 
-    python bench/serve_load.py [--parallel 4] [--concurrency 1,2,4,8] [--tokens 128]
+    python bench/serve_load.py [--parallel 4] [--concurrency 1,2,4,8,16] [--tokens 128]
         [--repeats 3] [--modes baseline,lookup] [--llama-server PATH] [--model DIR --gguf FILE]
 
 The default model is the installed SmolLM2-135M-Instruct (dspark, MLX 4-bit) and the Q4_1 GGUF it
@@ -68,13 +68,30 @@ class Server:
         sys.exit(f"{label} did not become ready")
 
     def ask(self, prompt, tokens):
+        """(content, completion tokens, seconds to the first token, gaps between tokens) of one
+        streamed greedy answer."""
         body = json.dumps({"model": "m", "messages": [{"role": "user", "content": prompt}],
-                           "max_tokens": tokens, "temperature": 0, "logit_bias": NO_END}).encode()
+                           "max_tokens": tokens, "temperature": 0, "logit_bias": NO_END,
+                           "stream": True, "stream_options": {"include_usage": True}}).encode()
         req = urllib.request.Request(f"http://127.0.0.1:{self.port}/v1/chat/completions", body,
                                      {"Content-Type": "application/json"})
+        start = time.perf_counter()
+        content, usage, stamps = "", None, []
         with urllib.request.urlopen(req, timeout=600) as r:
-            reply = json.load(r)
-        return reply["choices"][0]["message"]["content"], reply["usage"]["completion_tokens"]
+            for raw in r:
+                line = raw.decode().strip()
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[6:])
+                if chunk.get("usage"):
+                    usage = chunk["usage"]["completion_tokens"]
+                for choice in chunk.get("choices", []):
+                    piece = (choice.get("delta") or {}).get("content")
+                    if piece:
+                        content += piece
+                        stamps.append(time.perf_counter())
+        gaps = [b - a for a, b in zip(stamps, stamps[1:])]
+        return content, usage, stamps[0] - start, gaps
 
     def round(self, clients, tokens):
         """(aggregate tok/s, answers) of `clients` requests sent at once."""
@@ -96,10 +113,18 @@ class Server:
         self.proc.wait(timeout=60)
 
 
+def percentile(sorted_values, p):
+    """Nearest-rank percentile of a sorted list (0 for an empty one)."""
+    if not sorted_values:
+        return 0.0
+    rank = max(1, -(-len(sorted_values) * p // 100))
+    return sorted_values[int(rank) - 1]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--parallel", type=int, default=4)
-    parser.add_argument("--concurrency", default="1,2,4,8")
+    parser.add_argument("--concurrency", default="1,2,4,8,16")
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
@@ -143,6 +168,8 @@ def main():
     # lossless).
     alone = {i: servers[1].ask(PROMPTS[i % len(PROMPTS)], args.tokens) for i in range(max(levels))}
     results = {(s.label, c): [] for s in servers for c in levels}
+    ttft = {(s.label, c): [] for s in servers for c in levels}
+    gaps = {(s.label, c): [] for s in servers for c in levels}
     for c in levels:
         for s in servers:
             s.round(c, args.tokens)  # warm-up
@@ -150,9 +177,11 @@ def main():
             for s in servers:
                 rate, answers = s.round(c, args.tokens)
                 results[(s.label, c)].append(rate)
+                ttft[(s.label, c)] += [a[2] for a in answers]
+                gaps[(s.label, c)] += [g for a in answers for g in a[3]]
                 if s.label.startswith("dspark"):
                     for i, answer in enumerate(answers):
-                        if answer != alone[i]:
+                        if answer[:2] != alone[i][:2]:
                             sys.exit(f"{s.label}: request {i} at concurrency {c} changed under load")
     for s in servers:
         s.stop()
@@ -176,6 +205,20 @@ def main():
         print(f"| {c} | " + " | ".join(f"{m:.1f}" for m in med) + " | " +
               " | ".join(f"{med[a] / med[b]:.2f}x" for a, b in ratios) + " |")
     print("dspark answers under load: equal to the same requests alone")
+    print()
+    print("Latency, ms: time to first token p50 / p99, inter-token gap p50 / p99 (every request of "
+          "the timed rounds; a speculative round's tokens arrive together, so its gaps are 0 "
+          "within a round)")
+    header = "| clients | " + " | ".join(labels) + " |"
+    print(header)
+    print("|" + "---:|" * (header.count("|") - 1))
+    for c in levels:
+        cells = []
+        for label in labels:
+            t, g = sorted(ttft[(label, c)]), sorted(gaps[(label, c)])
+            cells.append(f"{1000 * percentile(t, 50):.0f} / {1000 * percentile(t, 99):.0f}, "
+                         f"{1000 * percentile(g, 50):.1f} / {1000 * percentile(g, 99):.1f}")
+        print(f"| {c} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

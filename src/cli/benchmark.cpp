@@ -11,7 +11,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <latch>
 #include <sstream>
+#include <thread>
 
 #include "base/error.h"
 #include "base/system_info.h"
@@ -20,6 +22,7 @@
 #include "cli/commands.h"
 #include "cli/decode_flags.h"
 #include "cli/memory_check.h"
+#include "engine/forward_batcher.h"
 #include "engine/model_bundle.h"
 #include "formats/model_store.h"
 #include "hub/resolve.h"
@@ -52,6 +55,7 @@ struct BenchmarkOptions {
   int threads = 0;
   bool recalibrate = false;
   bool force = false;
+  std::string concurrency;  // e.g. "1,2,4,8": every arm again at each load
 };
 
 struct Prompt {
@@ -244,9 +248,76 @@ void convert_to_png(const std::string& svg_path) {
   }
 }
 
+std::vector<int> parse_levels(const std::string& text) {
+  std::vector<int> levels;
+  for (const std::string& item : split_list(text)) {
+    int level = 0;
+    try {
+      level = std::stoi(item);
+    } catch (const std::exception&) {
+      fail("--concurrency takes numbers, not '{}'", item);
+    }
+    if (level < 1 || level > 64) fail("--concurrency values must be in [1, 64], not {}", level);
+    if (!levels.empty() && level <= levels.back()) fail("--concurrency values must rise");
+    levels.push_back(level);
+  }
+  return levels;
+}
+
+// One arm at one load: `sequences` generations at once, generation i on prompt i mod |prompts|,
+// their target forwards batched (what `serve --parallel` runs). Returns the aggregate tok/s and
+// fills the step figures and whether every generation equals plain decoding of its prompt.
+double run_load(const Model& model, const std::vector<Prompt>& prompts,
+                const std::vector<std::vector<int32_t>>& plain_tokens, const Arm& arm,
+                const GenerationConfig& config, LoadRun& load) {
+  ForwardBatcher batcher(model);
+  std::vector<GenerationResult> results(load.sequences);
+  std::vector<DecodeStats> stats(load.sequences);
+  std::vector<std::string> errors(load.sequences);
+  std::latch joined(load.sequences);
+  std::vector<std::thread> threads;
+  const double start = now_seconds();
+  for (int i = 0; i < load.sequences; ++i) {
+    threads.emplace_back([&, i] {
+      ForwardBatcher::Membership membership(batcher);
+      joined.arrive_and_wait();
+      try {
+        DecodeSetup setup = arm.setup;
+        setup.batcher = &batcher;
+        ModelState state = model.new_state();
+        results[i] = run_generation(
+            model, prompts[i % prompts.size()].tokens, state, config, setup,
+            [](const CommittedToken&) { return true; }, &stats[i]);
+      } catch (const std::exception& e) {
+        errors[i] = e.what();
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  const double wall = now_seconds() - start;
+  int64_t generated = 0, drafted = 0, rounds = 0;
+  for (int i = 0; i < load.sequences; ++i) {
+    if (!errors[i].empty()) fail("{} at {} sequences: {}", arm.label, load.sequences, errors[i]);
+    generated += results[i].stats.generated_tokens;
+    drafted += stats[i].speculative.drafted;
+    rounds += stats[i].speculative.rounds;
+    load.matches_plain =
+        load.matches_plain && results[i].tokens == plain_tokens[i % plain_tokens.size()];
+  }
+  const ForwardBatcher::Counters counters = batcher.counters();
+  if (counters.steps > 0) {
+    load.step_ms = 1000.0 * counters.busy_seconds / static_cast<double>(counters.steps);
+    load.sequences_per_step = double(counters.sequence_forwards) / double(counters.steps);
+    load.rows_per_step = double(counters.rows) / double(counters.steps);
+  }
+  load.drafts_per_round = rounds > 0 ? double(drafted) / double(rounds) : 0.0;
+  return wall > 0 ? static_cast<double>(generated) / wall : 0.0;
+}
+
 void run_benchmark(const BenchmarkOptions& options) {
   if (options.threads > 0) set_default_threads(options.threads);
   if (options.trials < 1) fail("--trials must be at least 1");
+  const std::vector<int> levels = parse_levels(options.concurrency);
   BenchmarkReport report;
   report.version = kVersion;
   report.threads = default_pool().num_threads();
@@ -346,10 +417,11 @@ void run_benchmark(const BenchmarkOptions& options) {
     report.arms[a].mode = arms[a].setup.options.mode;
     report.arms[a].cap_choice = arms[a].cap_choice;
   }
+  std::vector<std::vector<int32_t>> plain_by_prompt(prompts.size());
   for (size_t p = 0; p < prompts.size(); ++p) {
     const Prompt& prompt = prompts[p];
     for (ArmResult& arm : report.arms) arm.prompts.push_back({prompt.suite, prompt.id, {}});
-    std::vector<int32_t> plain_tokens;
+    std::vector<int32_t>& plain_tokens = plain_by_prompt[p];
     for (int trial = 0; trial < options.trials; ++trial) {
       double plain_tok_s = 0.0;
       for (size_t a = 0; a < arms.size(); ++a) {
@@ -402,8 +474,34 @@ void run_benchmark(const BenchmarkOptions& options) {
     fmt::print(stderr, "\n");
   }
 
+  for (int sequences : levels) {
+    fmt::print(stderr, "  {} concurrent generation{}…\n", sequences, sequences == 1 ? "" : "s");
+    const size_t first = report.loads.size();
+    for (const Arm& arm : arms) {
+      LoadRun load;
+      load.arm = arm.label;
+      load.sequences = sequences;
+      if (arm.cap_choice == "derived") {
+        load.derived_cap = derive_cap(report.calibration_for(arm.setup.options.mode).curves,
+                                      kMaxCap, kDerivedCapPrior, 512, sequences);
+      }
+      report.loads.push_back(std::move(load));
+    }
+    for (int trial = 0; trial < options.trials; ++trial) {
+      double plain = 0.0;
+      for (size_t a = 0; a < arms.size(); ++a) {
+        LoadRun& load = report.loads[first + a];
+        const double rate = run_load(model, prompts, plain_by_prompt, arms[a], config, load);
+        if (a == 0) plain = rate;
+        load.tok_s.push_back(rate);
+        load.speedup.push_back(plain > 0 ? rate / plain : 0.0);
+      }
+    }
+  }
+
   fmt::print("\n");
   for (const ArmResult& arm : report.arms) fmt::print("{}\n", format_arm(report, arm));
+  for (const LoadRun& load : report.loads) fmt::print("{}\n", format_load(load));
   if (!options.json_path.empty()) {
     write_file(options.json_path, report_json(report).dump(2) + "\n");
     fmt::print(stderr, "json: {}\n", options.json_path);
@@ -412,6 +510,14 @@ void run_benchmark(const BenchmarkOptions& options) {
     write_file(options.plot_path, report_svg(report));
     fmt::print(stderr, "chart: {}\n", options.plot_path);
     convert_to_png(options.plot_path);
+    if (!report.loads.empty()) {
+      std::filesystem::path load_plot = options.plot_path;
+      load_plot.replace_filename(load_plot.stem().string() + "-concurrency" +
+                                 load_plot.extension().string());
+      write_file(load_plot.string(), concurrency_svg(report));
+      fmt::print(stderr, "chart: {}\n", load_plot.string());
+      convert_to_png(load_plot.string());
+    }
   }
 }
 
@@ -451,6 +557,9 @@ void add_benchmark_command(CLI::App& app) {
   command->add_option("--threads", options->threads, "Worker threads (default: all CPUs)");
   add_numerics_flag(*command);
   command->add_flag("--recalibrate", options->recalibrate, "Measure verify costs even when cached");
+  command->add_option("--concurrency", options->concurrency,
+                      "Also run every arm with N generations at once, their forwards batched "
+                      "(e.g. 1,2,4,8,16)");
   add_force_flag(command, &options->force);
   command->callback([options] { run_benchmark(*options); });
 }

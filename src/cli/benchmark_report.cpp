@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 
 #include "speculative/cap.h"
@@ -225,7 +226,125 @@ nlohmann::json report_json(const BenchmarkReport& report) {
     run["prompts"] = prompts;
     out["runs"].push_back(run);
   }
+  if (!report.loads.empty()) {
+    out["concurrency"] = nlohmann::json::array();
+    for (const LoadRun& load : report.loads) {
+      nlohmann::json entry = {{"run", load.arm},
+                              {"sequences", load.sequences},
+                              {"tok_s", load.median_tok_s()},
+                              {"tok_s_trials", load.tok_s},
+                              {"speedup", load.median_speedup()},
+                              {"step_ms", load.step_ms},
+                              {"sequences_per_step", load.sequences_per_step},
+                              {"rows_per_step", load.rows_per_step},
+                              {"drafts_per_round", load.drafts_per_round},
+                              {"matches_plain", load.matches_plain}};
+      if (load.derived_cap >= 0) entry["derived_cap"] = load.derived_cap;
+      out["concurrency"].push_back(entry);
+    }
+  }
   return out;
+}
+
+double LoadRun::median_tok_s() const {
+  return tok_s.empty() ? 0.0 : median(tok_s);
+}
+
+double LoadRun::median_speedup() const {
+  return speedup.empty() ? 0.0 : median(speedup);
+}
+
+std::string format_load(const LoadRun& load) {
+  std::string line = fmt::format(
+      "  {:>2} sequences  {:<22} {:7.1f} tok/s ({:.2f}x) · step {:.1f} ms, {:.1f} sequences, "
+      "{:.1f} rows",
+      load.sequences, load.arm, load.median_tok_s(), load.median_speedup(), load.step_ms,
+      load.sequences_per_step, load.rows_per_step);
+  if (load.derived_cap >= 0) line += fmt::format(" · derived cap {}", load.derived_cap);
+  if (load.drafts_per_round > 0)
+    line += fmt::format(" · {:.2f} drafts/round", load.drafts_per_round);
+  if (!load.matches_plain) line += " (OUTPUT DIFFERS)";
+  return line;
+}
+
+std::string concurrency_svg(const BenchmarkReport& report) {
+  constexpr double kWidth = 620, kHeight = 300, kLeft = 70, kTop = 60, kRight = 200;
+  const std::vector<std::string> colors = {"#444444", "#1f77b4", "#d62728", "#2ca02c",
+                                           "#9467bd", "#ff7f0e", "#8c564b"};
+  std::vector<std::string> arms;
+  std::vector<int> levels;
+  double y_max = 1.0;
+  for (const LoadRun& load : report.loads) {
+    if (std::find(arms.begin(), arms.end(), load.arm) == arms.end()) arms.push_back(load.arm);
+    if (std::find(levels.begin(), levels.end(), load.sequences) == levels.end()) {
+      levels.push_back(load.sequences);
+    }
+    y_max = std::max(y_max, load.median_tok_s());
+  }
+  y_max *= 1.1;
+  const double plot_width = kWidth - kLeft - kRight;
+  const double span = std::max(1.0, std::log2(static_cast<double>(levels.back())) -
+                                        std::log2(static_cast<double>(levels.front())));
+  auto x_of = [&](int sequences) {
+    return kLeft + plot_width *
+                       (std::log2(static_cast<double>(sequences)) -
+                        std::log2(static_cast<double>(levels.front()))) /
+                       span;
+  };
+  auto y_of = [&](double value) { return kTop + kHeight - kHeight * value / y_max; };
+  std::string svg = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0:.0f}\" height=\"{1:.0f}\" "
+      "viewBox=\"0 0 {0:.0f} {1:.0f}\" font-family=\"sans-serif\" font-size=\"12\">\n"
+      "<rect width=\"{0:.0f}\" height=\"{1:.0f}\" fill=\"white\"/>\n",
+      kWidth, kTop + kHeight + 80);
+  svg += fmt::format("<text x=\"{}\" y=\"24\" font-size=\"15\" font-weight=\"bold\">{}</text>\n",
+                     kLeft,
+                     jinja::html_escape(fmt::format(
+                         "dspark benchmark · {} · aggregate tok/s under load", report.target)));
+  svg += fmt::format(
+      "<rect x=\"{}\" y=\"{}\" width=\"{:.0f}\" height=\"{}\" fill=\"none\" "
+      "stroke=\"#999999\"/>\n",
+      kLeft, kTop, plot_width, kHeight);
+  for (int tick = 0; tick <= 4; ++tick) {
+    const double value = y_max * tick / 4.0;
+    svg += fmt::format(
+        "<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#e5e5e5\"/>\n"
+        "<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{:.0f}</text>\n",
+        kLeft, y_of(value), kLeft + plot_width, y_of(value), kLeft - 6, y_of(value) + 4, value);
+  }
+  for (int level : levels) {
+    svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n",
+                       x_of(level), kTop + kHeight + 16, level);
+  }
+  svg += fmt::format(
+      "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">concurrent generations (forwards "
+      "batched into shared steps)</text>\n",
+      kLeft + plot_width / 2, kTop + kHeight + 34);
+  for (size_t a = 0; a < arms.size(); ++a) {
+    const std::string& color = colors[a % colors.size()];
+    std::string points;
+    for (const LoadRun& load : report.loads) {
+      if (load.arm != arms[a]) continue;
+      const double x = x_of(load.sequences), y = y_of(load.median_tok_s());
+      points += fmt::format("{}{:.1f},{:.1f}", points.empty() ? "" : " ", x, y);
+      svg +=
+          fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"{}\"/>\n", x, y, color);
+    }
+    svg += fmt::format(
+        "<polyline points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"{}/>\n"
+        "<text x=\"{:.1f}\" y=\"{:.1f}\" fill=\"{}\">{}</text>\n",
+        points, color, a == 0 ? " stroke-dasharray=\"6 4\"" : "", kLeft + plot_width + 10,
+        kTop + 16 + 18.0 * a, color, jinja::html_escape(arms[a]));
+  }
+  svg += fmt::format(
+      "<text x=\"{}\" y=\"{:.1f}\" font-size=\"11\" fill=\"#333333\">{}</text>\n", kLeft,
+      kTop + kHeight + 58,
+      jinja::html_escape(fmt::format("{} · {} threads · {} new tokens per generation · medians of "
+                                     "{} trials · dspark {}",
+                                     report.device, report.threads, report.max_new_tokens,
+                                     report.trials, report.version)));
+  svg += "</svg>\n";
+  return svg;
 }
 
 std::string report_svg(const BenchmarkReport& report) {

@@ -53,6 +53,25 @@ struct ArmResult {
   std::vector<double> slot_acceptance() const;
 };
 
+// One arm at one load (--concurrency): `sequences` generations at once, each on its own prompt,
+// their target forwards batched into shared steps (engine/forward_batcher.h).
+struct LoadRun {
+  std::string arm;
+  int sequences = 0;
+  std::vector<double> tok_s;    // aggregate generated tokens over wall time, per trial
+  std::vector<double> speedup;  // over the baseline arm at the same load, per trial
+  // The step-cost curve SPS(B): mean time of one batched step, and what the steps carried.
+  double step_ms = 0.0;
+  double sequences_per_step = 0.0;
+  double rows_per_step = 0.0;
+  int derived_cap = -1;  // the derived cap at this load (arms with the derived cap), else -1
+  double drafts_per_round = 0.0;
+  bool matches_plain = true;  // every generation equals plain decoding of its prompt alone
+
+  double median_tok_s() const;
+  double median_speedup() const;
+};
+
 struct Roofline {
   int64_t bytes_per_token = 0;     // weights one decode step streams
   double bandwidth_1t_gbs = 0.0;   // measured read bandwidth, one thread
@@ -82,6 +101,7 @@ struct BenchmarkReport {
   std::vector<DrafterCalibration> drafter_calibrations;      // per model-drafter mode
   std::vector<std::pair<std::string, std::string>> skipped;  // mode, why
   std::vector<ArmResult> arms;                               // arms[0] is plain decoding
+  std::vector<LoadRun> loads;  // --concurrency, level by level, arms in order
 
   // The costs that price `mode`'s rounds: its drafter's calibration, else the target's.
   const Calibration& calibration_for(DecodeMode mode) const;
@@ -92,5 +112,9 @@ struct BenchmarkReport {
 std::string format_arm(const BenchmarkReport& report, const ArmResult& arm);
 nlohmann::json report_json(const BenchmarkReport& report);
 std::string report_svg(const BenchmarkReport& report);
+// "  4 sequences  baseline  158.2 tok/s (1.00x) · step 22.4 ms, 3.9 sequences, 3.9 rows"
+std::string format_load(const LoadRun& load);
+// Aggregate tok/s against the load, one line per arm (log2 axis of sequences).
+std::string concurrency_svg(const BenchmarkReport& report);
 
 }  // namespace dspark::cli

@@ -72,12 +72,15 @@ void ForwardBatcher::step_loop() {
     runs.clear();
     for (const Request* request : step) runs.push_back(request->run);
     std::exception_ptr error;
+    const auto start = std::chrono::steady_clock::now();
     try {
       model_.forward_batch(runs);
     } catch (...) {
       error = std::current_exception();
     }
+    const std::chrono::duration<double> busy = std::chrono::steady_clock::now() - start;
     lock.lock();
+    counters_.busy_seconds += busy.count();
     ++counters_.steps;
     counters_.sequence_forwards += static_cast<int64_t>(step.size());
     for (const SequenceRun& run : runs) counters_.rows += run.n;

@@ -62,6 +62,7 @@ class ForwardBatcher {
     int64_t rows = 0;               // token rows the steps ran
     int64_t widest = 0;             // most sequences in one step
     std::vector<int64_t> steps_by_width;  // [w - 1]: steps that carried w sequences
+    double busy_seconds = 0.0;            // inside the steps' forwards
   };
   Counters counters() const;
 

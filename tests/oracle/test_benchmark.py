@@ -29,14 +29,14 @@ def tiny_nemotron(tmp_path_factory):
     return out
 
 
-def run_benchmark(model, tmp_path, cache_home, extra):
+def run_benchmark(model, tmp_path, cache_home, extra, caps="2,auto", trials=2):
     dspark = BUILD_DIR / "dspark"
     if not dspark.exists():
         pytest.fail(f"{dspark} is not built")
     env = dict(os.environ, XDG_CACHE_HOME=str(cache_home))
     command = [
-        str(dspark), "benchmark", "--model", str(model), "--modes", "dspark,lookup", "--caps", "2,auto",
-        "--trials", "2",
+        str(dspark), "benchmark", "--model", str(model), "--modes", "dspark,lookup", "--caps", caps,
+        "--trials", str(trials),
         "--max-new-tokens", "24", "--prompts-per-suite", "2", "--threads", "2",
         "--prompts", str(SOURCE_DIR / "bench" / "prompts"),
     ] + extra
@@ -140,3 +140,34 @@ def test_markdown_table_from_the_json(benchmark_run):
     assert "dspark with its drafter: derived cap" in table
     assert "| lookup |" in rows[3] and all("| yes |" in row for row in rows[1:])
     assert "Roofline" in table
+
+
+def test_concurrency_sweep_batches_and_stays_lossless(tiny_nemotron, tmp_path):
+    """--concurrency 1,2,4 runs every arm with that many generations at once through shared
+    steps: every generation equals plain decoding of its prompt, the steps carry several
+    sequences, the derived cap falls (or holds) as load rises, and the second chart draws one
+    line per arm."""
+    result = run_benchmark(tiny_nemotron, tmp_path, tmp_path / "cache", [
+        "--concurrency", "1,2,4",
+        "--json", str(tmp_path / "load.json"), "--plot", str(tmp_path / "load.svg")],
+        caps="derived,2", trials=1)
+    loads = json.loads((tmp_path / "load.json").read_text())["concurrency"]
+    arms = ["baseline", "dspark cap=derived", "dspark cap=2", "lookup"]
+    assert [(entry["sequences"], entry["run"]) for entry in loads] == \
+        [(n, arm) for n in (1, 2, 4) for arm in arms]
+    for entry in loads:
+        assert entry["matches_plain"], entry
+        assert entry["tok_s"] > 0 and entry["step_ms"] > 0
+        assert 1.0 <= entry["sequences_per_step"] <= entry["sequences"]
+        assert entry["rows_per_step"] >= entry["sequences_per_step"]
+        if entry["run"] == "baseline":
+            assert entry["speedup"] == 1.0
+        if entry["sequences"] == 4:
+            assert entry["sequences_per_step"] > 1.5, entry
+    derived = [entry["derived_cap"] for entry in loads if entry["run"] == "dspark cap=derived"]
+    assert len(derived) == 3 and derived == sorted(derived, reverse=True)
+    assert "4 sequences" in result.stdout
+    root = ET.parse(tmp_path / "load-concurrency.svg").getroot()
+    lines = root.findall(SVG + "polyline")
+    assert len(lines) == len(arms)
+    assert all(len(line.get("points").split()) == 3 for line in lines)
