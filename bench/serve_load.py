@@ -51,8 +51,8 @@ def free_port():
 
 
 class Server:
-    def __init__(self, label, command, port):
-        self.label, self.port = label, port
+    def __init__(self, label, command, port, extra_body=None):
+        self.label, self.port, self.extra_body = label, port, extra_body or {}
         self.log = open(f"/tmp/serve_load-{port}.log", "w")
         self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 120
@@ -72,7 +72,8 @@ class Server:
         streamed greedy answer."""
         body = json.dumps({"model": "m", "messages": [{"role": "user", "content": prompt}],
                            "max_tokens": tokens, "temperature": 0, "logit_bias": NO_END,
-                           "stream": True, "stream_options": {"include_usage": True}}).encode()
+                           "stream": True, "stream_options": {"include_usage": True},
+                           **self.extra_body}).encode()
         req = urllib.request.Request(f"http://127.0.0.1:{self.port}/v1/chat/completions", body,
                                      {"Content-Type": "application/json"})
         start = time.perf_counter()
@@ -162,7 +163,10 @@ def main():
         # Each slot gets the context dspark's requests need, like dspark's per-slot states.
         servers.append(Server(f"llama-server -np {args.parallel}", [
             binary, "-m", gguf_path, "--port", str(port), "-t", str(args.threads), "-np",
-            str(args.parallel), "-c", str(2048 * args.parallel), "--no-webui"], port))
+            str(args.parallel), "-c", str(2048 * args.parallel), "--no-webui"], port,
+            # Its slots reuse a cached prompt prefix; dspark runs with --no-prefix-cache, so the
+            # repeated prompts are prefilled afresh by both.
+            {"cache_prompt": False}))
 
     # dspark's answers under load equal the same requests sent alone (in every mode: speculation is
     # lossless).

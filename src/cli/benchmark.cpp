@@ -378,6 +378,8 @@ void run_benchmark(const BenchmarkOptions& options) {
     if (mode == DecodeMode::lookup) {
       Arm arm{"lookup", DecodeSetup{}, ""};
       arm.setup.options.mode = mode;
+      // Its own ceiling alone; capped under load (--concurrency) as serve caps it.
+      arm.setup.cap_policy = make_lookup_cap_policy_factory(report.calibration.curves);
       arms.push_back(std::move(arm));
       continue;
     }

@@ -259,6 +259,28 @@ void AutoCapController::on_round(int cap_used, int accepted, double seconds, int
   }
 }
 
+LookupLoadCap::LookupLoadCap(CostCurves curves, int ceiling)
+    : curves_(std::move(curves)), ceiling_(ceiling) {}
+
+int LookupLoadCap::current_cap() const {
+  if (load_ <= 1 || curves_.empty()) return ceiling_;
+  return derive_cap(curves_, std::min<int>(ceiling_, kMaxDraftsPerRound), acceptance(), context_,
+                    load_);
+}
+
+void LookupLoadCap::on_verified(int drafted, int accepted) {
+  accepted_ += accepted;
+  if (accepted < drafted) rejected_ += 1.0;
+}
+
+CapPolicyFactory make_lookup_cap_policy_factory(CostCurves curves) {
+  return [curves = std::move(curves)](const DecodeOptions& options) -> std::unique_ptr<CapPolicy> {
+    const int ceiling = lookup_cap_ceiling(options);
+    if (curves.empty()) return std::make_unique<FixedCap>(ceiling);
+    return std::make_unique<LookupLoadCap>(curves, ceiling);
+  };
+}
+
 CapPolicyFactory make_cap_policy_factory(CostCurves curves, int max_cap, bool allow_parking) {
   return [curves = std::move(curves), max_cap,
           allow_parking](const DecodeOptions& options) -> std::unique_ptr<CapPolicy> {

@@ -155,6 +155,31 @@ class AutoCapController : public CapPolicy {
   std::vector<CapTiming> timing_;  // [cap], cap 1..max_cap
 };
 
+// Standalone lookup's cap: the lookup's own ceiling alone; under load (§16.5) no more than the
+// step-optimal cap at the acceptance its rounds have shown (the continuation probability p of a
+// geometric run: accepted drafts over accepted drafts plus rejections, from a prior of 0.5 worth
+// four rounds), so drafts that are cheap alone do not slow every sequence of a full step.
+class LookupLoadCap : public CapPolicy {
+ public:
+  LookupLoadCap(CostCurves curves, int ceiling);
+  int cap_for_round() override { return current_cap(); }
+  int current_cap() const override;
+  void on_context(int64_t tokens) override { context_ = tokens; }
+  void on_load(int sequences) override { load_ = std::max(sequences, 1); }
+  void on_verified(int drafted, int accepted) override;
+  double acceptance() const { return accepted_ / (accepted_ + rejected_); }
+
+ private:
+  CostCurves curves_;
+  int ceiling_;
+  int load_ = 1;
+  int64_t context_ = 0;
+  double accepted_ = 2.0;  // the prior: p = 0.5 over four rounds' worth of evidence
+  double rejected_ = 2.0;
+};
+// LookupLoadCap for lookup generations; a FixedCap of the lookup's ceiling without curves.
+CapPolicyFactory make_lookup_cap_policy_factory(CostCurves curves);
+
 // The cap policy of dspark / dflash generations: --max-draft auto gets a fresh controller, a
 // pinned --max-draft a fixed cap, otherwise the derived cap of `curves`. Without curves
 // (calibration failed) both auto and derived fall back to a fixed cap of 2.

@@ -35,6 +35,10 @@ DecodeMode parse_decode_mode(const std::string& text) {
   fail("unknown decoding mode '{}' (baseline, lookup, dspark, dflash or auto)", text);
 }
 
+int lookup_cap_ceiling(const DecodeOptions& options) {
+  return std::max(options.max_draft.value_or(kLookupMaxDraft), options.lookup_long_draft);
+}
+
 GenerationResult run_generation(const Model& model, const std::vector<int32_t>& prompt,
                                 ModelState& state, const GenerationConfig& config,
                                 const DecodeSetup& setup, const TokenCallback& on_token,
@@ -49,13 +53,14 @@ GenerationResult run_generation(const Model& model, const std::vector<int32_t>& 
   }
   if (options.mode == DecodeMode::lookup) {
     const int max_draft = options.max_draft.value_or(kLookupMaxDraft);
-    LookupDrafter lookup(
-        LookupParams{3, 4, max_draft, std::max(max_draft, options.lookup_long_draft)});
-    FixedCap cap(std::max(max_draft, options.lookup_long_draft));
+    LookupDrafter lookup(LookupParams{3, 4, max_draft, lookup_cap_ceiling(options)});
+    FixedCap ceiling(lookup_cap_ceiling(options));
+    std::unique_ptr<CapPolicy> load_caps;
+    if (setup.cap_policy) load_caps = setup.cap_policy(options);
     out.cap = max_draft;
     SpeculativeOptions speculative;
     speculative.batcher = setup.batcher;
-    SpeculativeGenerator generator(model, lookup, cap, speculative);
+    SpeculativeGenerator generator(model, lookup, load_caps ? *load_caps : ceiling, speculative);
     GenerationResult result = generator.generate(prompt, state, config, on_token);
     out.speculative = generator.stats();
     return result;

@@ -27,6 +27,9 @@ struct DecodeOptions {
   int lookup_long_draft = 32;  // long-draft ceiling of lookup drafts
 };
 
+// The most drafts a standalone lookup round may verify: its long-draft ceiling or --max-draft.
+int lookup_cap_ceiling(const DecodeOptions& options);
+
 struct DecodeStats {
   DecodeMode mode = DecodeMode::baseline;
   int cap = 0;  // the fixed or derived cap (the controller's starting cap for auto)
@@ -36,7 +39,8 @@ struct DecodeStats {
 // A model drafter for the dspark / dflash modes: built per generation (its context is per
 // sequence) by the drafter module. Null when the mode needs none.
 using DrafterFactory = std::function<std::unique_ptr<Drafter>()>;
-// A cap policy per generation; when unset a FixedCap of max_draft (or 2) is used.
+// A cap policy per generation; when unset a FixedCap of max_draft (or 2) is used (lookup: of
+// lookup_cap_ceiling).
 using CapPolicyFactory = std::function<std::unique_ptr<CapPolicy>(const DecodeOptions&)>;
 
 struct DecodeSetup {

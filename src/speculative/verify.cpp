@@ -318,6 +318,9 @@ GenerationResult SpeculativeGenerator::generate(const std::vector<int32_t>& prom
     if (keep < drafts + 1) state.trim(length_before + keep);
     drafter_.on_target_rows(rows.data(), keep, output.taps.data());
     if (drafts > 0) source->on_verified(static_cast<int>(drafts), static_cast<int>(accepted));
+    if (drafts > 0 && source == &drafter_) {
+      caps_.on_verified(static_cast<int>(drafts), static_cast<int>(accepted));
+    }
     if (drafts > 0 && source == &drafter_ && !draft.from_lookup) {
       caps_.on_round(cap_used, static_cast<int>(accepted), now_seconds() - draft_start,
                      static_cast<int>(committed_now));

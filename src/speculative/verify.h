@@ -58,6 +58,9 @@ class CapPolicy {
   virtual void on_context(int64_t tokens) { (void)tokens; }
   // `sequences` generations (this one included) now share each target step (forward_batcher.h).
   virtual void on_load(int sequences) { (void)sequences; }
+  // A round of the generation's own drafter (lookup rounds of a standalone lookup included)
+  // verified `drafted` drafts and accepted the first `accepted`.
+  virtual void on_verified(int drafted, int accepted) { (void)drafted, (void)accepted; }
   // A drafter (not lookup) round ended: `cap_used` drafts offered, `accepted` taken.
   virtual void on_round(int cap_used, int accepted, double seconds, int committed) {
     (void)cap_used, (void)accepted, (void)seconds, (void)committed;

@@ -152,6 +152,36 @@ TEST(AutoCapController, LoadCeilsTheCap) {
   EXPECT_EQ(loaded.cap_for_round(), ceiling);
 }
 
+// Standalone lookup keeps its own ceiling alone; under load it offers no more than the step's
+// derived cap at the acceptance its rounds showed, which falls as its drafts get rejected.
+TEST(LookupLoadCap, CeilingAloneDerivedCapUnderLoad) {
+  std::vector<double> verify;
+  for (int w = 1; w <= 32; ++w) verify.push_back(10.0 + 1.0 * std::max(0, w - 2));
+  const CostCurves curves = curves_of(verify);
+  LookupLoadCap policy(curves, 32);
+  EXPECT_EQ(policy.cap_for_round(), 32);
+  EXPECT_DOUBLE_EQ(policy.acceptance(), 0.5);
+  policy.on_load(4);
+  EXPECT_EQ(policy.cap_for_round(), derive_cap(curves, 31, 0.5, 0, 4));
+  for (int round = 0; round < 20; ++round) policy.on_verified(6, 6);  // every draft accepted
+  EXPECT_GT(policy.acceptance(), 0.9);
+  const int trusted = policy.cap_for_round();
+  EXPECT_EQ(trusted, derive_cap(curves, 31, policy.acceptance(), 0, 4));
+  for (int round = 0; round < 200; ++round) policy.on_verified(4, 0);  // every draft rejected
+  EXPECT_LT(policy.cap_for_round(), trusted);
+  LookupLoadCap never_right(curves, 32);
+  never_right.on_load(4);
+  for (int round = 0; round < 50; ++round) never_right.on_verified(4, 0);
+  EXPECT_EQ(never_right.cap_for_round(), 0);
+  policy.on_load(1);
+  EXPECT_EQ(policy.cap_for_round(), 32);
+  // Without measured costs the factory gives the plain ceiling.
+  DecodeOptions options;
+  options.mode = DecodeMode::lookup;
+  EXPECT_EQ(make_lookup_cap_policy_factory(CostCurves{})(options)->current_cap(),
+            lookup_cap_ceiling(options));
+}
+
 TEST(DeriveCap, DepthShrinksTheCap) {
   CostCurves curves = curves_of({10, 10, 10, 10, 10, 10, 10, 10});
   curves.slope_widths = {1, 8};
