@@ -268,7 +268,7 @@ std::string format_load(const LoadRun& load) {
 }
 
 std::string concurrency_svg(const BenchmarkReport& report) {
-  constexpr double kWidth = 620, kHeight = 300, kLeft = 70, kTop = 60, kRight = 200;
+  constexpr double kWidth = 800, kHeight = 300, kLeft = 70, kTop = 60, kRight = 240;
   const std::vector<std::string> colors = {"#444444", "#1f77b4", "#d62728", "#2ca02c",
                                            "#9467bd", "#ff7f0e", "#8c564b"};
   std::vector<std::string> arms;

@@ -32,8 +32,6 @@ class ForwardBatcher {
   ForwardBatcher(const ForwardBatcher&) = delete;
   ForwardBatcher& operator=(const ForwardBatcher&) = delete;
 
-  const Model& model() const { return model_; }
-
   // Model::forward, run in the next step. A run the model refuses throws here, to its caller
   // only, before it joins a step.
   void forward(const int32_t* tokens, int64_t n, ModelState& state,

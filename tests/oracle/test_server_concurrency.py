@@ -5,7 +5,6 @@ what each answers alone, content, tokens and logprobs, in every decoding mode: p
 the DSpark and DFlash drafters on a hybrid nemotron_h and a qwen3 target. The slots' forwards
 share steps (/metrics counts them), and a row's result does not depend on the rows beside it, so
 batching never changes an answer."""
-import pathlib
 import random
 import threading
 import time
@@ -15,7 +14,7 @@ import openai
 import pytest
 
 from test_server_drafter import dirs  # noqa: F401  (the tiny targets and drafters)
-from test_server_sdk import KEY, LiveServer
+from test_server_sdk import KEY, LiveServer, rss_bytes
 
 LONG = " ".join(f"item {i} is number {i * 7 % 13}." for i in range(60))
 
@@ -138,13 +137,6 @@ def test_model_drafters_under_load_answer_as_alone(dirs, target, kind):  # noqa:
         check_concurrent_equals_alone(server, json_ok=target == "qwen3_tied")
     finally:
         server.stop()
-
-
-def rss_bytes(pid):
-    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no VmRSS in /proc/{pid}/status")
 
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
