@@ -93,7 +93,13 @@ def test_json_aggregates_follow_the_trials(benchmark_run):
     calibration = result["calibration"]
     assert sorted(int(w) for w in calibration["verify"]) == list(range(1, 9))
     assert all(ms > 0 for ms in calibration["verify"].values())
-    assert 1 <= calibration["derived_cap"] <= 7
+    # The derived cap is the argmax of committed tokens per ms over the measured curve at the
+    # prior p = 0.7 (ties to the smaller cap); on a tiny model the curve, and so the cap, follow
+    # the machine's noise, so the check recomputes it from the curve the run measured.
+    verify = {int(w): ms for w, ms in calibration["verify"].items()}
+    rates = [1.0 / verify[1]] + [sum(0.7 ** i for i in range(c + 1)) /
+                                 (verify[c + 1] + calibration["overhead"]) for c in range(1, 8)]
+    assert calibration["derived_cap"] == max(range(8), key=lambda c: (rates[c], -c))
     assert "drafter" not in calibration
     with_drafter = result["drafter_calibrations"]["dspark"]
     assert sorted(int(c) for c in with_drafter["drafter"]) == list(range(1, 8))
