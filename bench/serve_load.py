@@ -87,10 +87,14 @@ class Server:
                 if chunk.get("usage"):
                     usage = chunk["usage"]["completion_tokens"]
                 for choice in chunk.get("choices", []):
-                    piece = (choice.get("delta") or {}).get("content")
+                    delta = choice.get("delta") or {}
+                    # Thinking models stream their reasoning apart from the answer.
+                    piece = delta.get("content") or delta.get("reasoning_content")
                     if piece:
                         content += piece
                         stamps.append(time.perf_counter())
+        if not stamps:
+            sys.exit(f"{self.label}: an answer came back empty; see {self.log.name}")
         gaps = [b - a for a, b in zip(stamps, stamps[1:])]
         return content, usage, stamps[0] - start, gaps
 
