@@ -364,17 +364,19 @@ ForwardBatcher::Counters Engine::batch_counters() const {
   return batcher_ ? batcher_->counters() : ForwardBatcher::Counters{};
 }
 
+int64_t Engine::running_jobs() const {
+  return std::count_if(running_.begin(), running_.end(),
+                       [](const auto& job) { return job != nullptr; });
+}
+
 bool Engine::idle() {
   std::lock_guard lock(mutex_);
-  return queue_.empty() && std::none_of(running_.begin(), running_.end(),
-                                        [](const auto& job) { return job != nullptr; });
+  return queue_.empty() && running_jobs() == 0;
 }
 
 void Engine::publish_queue() {
   std::lock_guard lock(mutex_);
-  const int64_t running = std::count_if(running_.begin(), running_.end(),
-                                        [](const auto& job) { return job != nullptr; });
-  metrics_.set_queue(static_cast<int64_t>(queue_.size()), running);
+  metrics_.set_queue(static_cast<int64_t>(queue_.size()), running_jobs());
 }
 
 void Engine::worker(int slot) {

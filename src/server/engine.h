@@ -131,6 +131,8 @@ class Engine {
   std::shared_ptr<const constrain::Grammar> schema_grammar(const nlohmann::ordered_json& schema,
                                                            const std::function<bool()>& abandoned);
   void publish_queue();
+  // Slots with a generation running; the caller holds mutex_.
+  int64_t running_jobs() const;
 
   std::unique_ptr<ModelBundle> bundle_;
   EngineOptions options_;

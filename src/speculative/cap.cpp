@@ -137,10 +137,7 @@ DerivedCap::DerivedCap(CostCurves curves, int max_cap)
     : curves_(std::move(curves)), max_cap_(max_cap) {}
 
 int DerivedCap::current_cap() const {
-  if (static_cast<int>(by_load_.size()) < sequences_) by_load_.resize(sequences_, -1);
-  int& cap = by_load_[sequences_ - 1];
-  if (cap < 0) cap = derive_cap(curves_, max_cap_, kDerivedCapPrior, 512, sequences_);
-  return cap;
+  return derive_cap(curves_, max_cap_, kDerivedCapPrior, 512, sequences_);
 }
 
 AutoCapController::AutoCapController(CostCurves curves, int max_cap)

@@ -72,7 +72,6 @@ class DerivedCap : public CapPolicy {
   CostCurves curves_;
   int max_cap_;
   int sequences_ = 1;
-  mutable std::vector<int> by_load_;  // [sequences - 1], derived on first use (-1: not yet)
 };
 
 // The per-round controller (--max-draft auto, §16.4): a running-mean-then-EWMA estimate of the
