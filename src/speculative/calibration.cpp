@@ -171,8 +171,9 @@ CostCurves measure(const Model& target, const DrafterFactory& make_drafter,
         committed.push_back(kSyntheticToken);  // the next pending token
       },
       [] {});
-  curves.overhead_ms = std::max(0.0, round_ms - (curves.drafter(2) + curves.verify(3)));
   curves.verify_ms[0] = m.verify_ms(1);
+  curves.fit();
+  curves.overhead_ms = std::max(0.0, round_ms - (curves.drafter(2) + curves.verify(3)));
 
   // Depth slope at the narrowest, middle and widest width.
   const int64_t deep = deep_context(target, options);
@@ -359,6 +360,7 @@ CostCurves cost_curves_from_json(const nlohmann::json& json, const std::string& 
     curves.slope_widths.push_back(width);
     curves.slope_ms_per_token.push_back(slope);
   }
+  curves.fit();
   return curves;
 }
 

@@ -8,14 +8,34 @@
 namespace dspark {
 namespace {
 
-// Piecewise-linear in points (1, values[0]), (2, values[1]), ...; beyond the last point the last
-// segment's slope continues, below the first the first value holds.
+// The least-squares slope of the upper half of the points (at least the last two): wider than
+// the measured widths, a curve rises with it rather than with its last, noisiest segment.
+double upper_slope(const std::vector<double>& values) {
+  const int64_t n = static_cast<int64_t>(values.size());
+  const int64_t count = std::max<int64_t>(2, (n + 1) / 2);
+  double mean_x = 0.0, mean_y = 0.0;
+  for (int64_t i = n - count; i < n; ++i) {
+    mean_x += static_cast<double>(i);
+    mean_y += values[i];
+  }
+  mean_x /= static_cast<double>(count);
+  mean_y /= static_cast<double>(count);
+  double covariance = 0.0, variance = 0.0;
+  for (int64_t i = n - count; i < n; ++i) {
+    covariance += (static_cast<double>(i) - mean_x) * (values[i] - mean_y);
+    variance += (static_cast<double>(i) - mean_x) * (static_cast<double>(i) - mean_x);
+  }
+  return covariance / variance;
+}
+
+// Piecewise-linear in points (1, values[0]), (2, values[1]), ...; beyond the last point the
+// curve continues with upper_slope, below the first the first value holds.
 double interpolate(const std::vector<double>& values, double x) {
   const int64_t n = static_cast<int64_t>(values.size());
   if (n == 0) return 0.0;
   if (x <= 1.0 || n == 1) return values[0];
   if (x >= static_cast<double>(n)) {
-    return values[n - 1] + (x - static_cast<double>(n)) * (values[n - 1] - values[n - 2]);
+    return values[n - 1] + (x - static_cast<double>(n)) * upper_slope(values);
   }
   const int64_t low = static_cast<int64_t>(std::floor(x));
   const double t = x - static_cast<double>(low);
@@ -23,6 +43,33 @@ double interpolate(const std::vector<double>& values, double x) {
 }
 
 }  // namespace
+
+void fit_non_decreasing(std::vector<double>& values) {
+  // Pool adjacent violators: blocks of (mean, size), merged while a block's mean falls below
+  // the one before it.
+  std::vector<std::pair<double, int64_t>> blocks;
+  for (double value : values) {
+    blocks.emplace_back(value, 1);
+    while (blocks.size() > 1 && blocks[blocks.size() - 2].first > blocks.back().first) {
+      const auto [mean, size] = blocks.back();
+      blocks.pop_back();
+      auto& [before_mean, before_size] = blocks.back();
+      before_mean = (before_mean * static_cast<double>(before_size) +
+                     mean * static_cast<double>(size)) /
+                    static_cast<double>(before_size + size);
+      before_size += size;
+    }
+  }
+  size_t i = 0;
+  for (const auto& [mean, size] : blocks) {
+    for (int64_t k = 0; k < size; ++k) values[i++] = mean;
+  }
+}
+
+void CostCurves::fit() {
+  fit_non_decreasing(verify_ms);
+  fit_non_decreasing(drafter_ms);
+}
 
 double CostCurves::verify(int width) const {
   return interpolate(verify_ms, std::max(width, 1));

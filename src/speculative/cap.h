@@ -11,8 +11,9 @@
 
 namespace dspark {
 
-// Measured costs in milliseconds (calibration.h fills them). Widths and caps between or beyond
-// the measured points are priced piecewise-linearly, extrapolating the last segment's slope.
+// Measured costs in milliseconds (calibration.h fills them). Widths and caps between the measured
+// points are priced piecewise-linearly; beyond them the curve rises with the least-squares slope
+// of its upper half.
 struct CostCurves {
   std::vector<double> verify_ms;    // [w - 1]: one tapped target forward of width w = 1, 2, ...
   std::vector<double> drafter_ms;   // [C - 1]: drafting C tokens; empty = free (lookup drafts)
@@ -23,6 +24,9 @@ struct CostCurves {
   std::vector<double> slope_ms_per_token;
 
   bool empty() const { return verify_ms.empty(); }
+  // Replaces the verify and drafter series by their non-decreasing least-squares fits: more rows
+  // or drafts never cost less, and a sub-millisecond measurement's noise otherwise moves the cap.
+  void fit();
   double verify(int width) const;
   double drafter(int cap) const;
   double depth(int width, int64_t context) const;
@@ -33,6 +37,9 @@ struct CostCurves {
   // round_ms for one sequence.
   double batch_round_ms(int cap, int64_t context, int sequences) const;
 };
+
+// The non-decreasing least-squares fit of `values`, in place (pool adjacent violators).
+void fit_non_decreasing(std::vector<double>& values);
 
 // Expected committed tokens of a round offering `cap` drafts: 1 + Σ_{i=1..cap} p^i.
 double expected_committed(double p, int cap);

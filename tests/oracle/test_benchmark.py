@@ -29,6 +29,42 @@ def tiny_nemotron(tmp_path_factory):
     return out
 
 
+def series(curve):
+    return [curve[str(i)] for i in range(1, len(curve) + 1)]
+
+
+def priced(values, x):
+    """docs/speculative.md §16.5: piecewise-linear between the measured points; beyond them the
+    least-squares slope of the upper half of the points (at least two) continues the curve."""
+    if x <= len(values):
+        return values[max(x, 1) - 1]
+    upper = list(enumerate(values))[-max(2, (len(values) + 1) // 2):]
+    mean_x = statistics.mean(i for i, _ in upper)
+    mean_y = statistics.mean(v for _, v in upper)
+    slope = sum((i - mean_x) * (v - mean_y) for i, v in upper) / sum((i - mean_x) ** 2 for i, _ in upper)
+    return values[-1] + (x - len(values)) * slope
+
+
+def is_derived_cap(cap, calibration, sequences):
+    """The derived cap is the argmax over C of B·E[committed(C)] per step millisecond at the prior
+    p = 0.7, B generations each drafting C and verifying C + 1 rows in one step (§16.5; the run's
+    context is the reference one, so no depth term). A near-tie may go either way in floating
+    point, so the cap's rate must be the best to 1e-9."""
+    verify = series(calibration["verify"])
+    drafter = series(calibration.get("drafter", {}))
+
+    def rate(c):
+        if c == 0:
+            return sequences / priced(verify, sequences)
+        draft_ms = priced(drafter, c) if drafter else 0.0
+        committed = sum(0.7 ** i for i in range(c + 1))
+        return sequences * committed / (sequences * draft_ms + priced(verify, sequences * (c + 1)) +
+                                        calibration["overhead"])
+
+    rates = [rate(c) for c in range(calibration["max_cap"] + 1)]
+    return rates[cap] >= max(rates) * (1 - 1e-9)
+
+
 def run_benchmark(model, tmp_path, cache_home, extra, caps="2,auto", trials=2):
     dspark = BUILD_DIR / "dspark"
     if not dspark.exists():
@@ -93,13 +129,10 @@ def test_json_aggregates_follow_the_trials(benchmark_run):
     calibration = result["calibration"]
     assert sorted(int(w) for w in calibration["verify"]) == list(range(1, 9))
     assert all(ms > 0 for ms in calibration["verify"].values())
-    # The derived cap is the argmax of committed tokens per ms over the measured curve at the
-    # prior p = 0.7 (ties to the smaller cap); on a tiny model the curve, and so the cap, follow
-    # the machine's noise, so the check recomputes it from the curve the run measured.
-    verify = {int(w): ms for w, ms in calibration["verify"].items()}
-    rates = [1.0 / verify[1]] + [sum(0.7 ** i for i in range(c + 1)) /
-                                 (verify[c + 1] + calibration["overhead"]) for c in range(1, 8)]
-    assert calibration["derived_cap"] == max(range(8), key=lambda c: (rates[c], -c))
+    # On a tiny model the curve, and so the cap, follow the machine's noise, so the check
+    # recomputes the cap from the curve the run measured.
+    assert all(a <= b for a, b in zip(series(calibration["verify"]), series(calibration["verify"])[1:]))
+    assert is_derived_cap(calibration["derived_cap"], calibration, sequences=1)
     assert "drafter" not in calibration
     with_drafter = result["drafter_calibrations"]["dspark"]
     assert sorted(int(c) for c in with_drafter["drafter"]) == list(range(1, 8))
@@ -170,8 +203,14 @@ def test_concurrency_sweep_batches_and_stays_lossless(tiny_nemotron, tmp_path):
             assert entry["speedup"] == 1.0
         if entry["sequences"] == 4:
             assert entry["sequences_per_step"] > 1.5, entry
-    derived = [entry["derived_cap"] for entry in loads if entry["run"] == "dspark cap=derived"]
-    assert len(derived) == 3 and derived == sorted(derived, reverse=True)
+    # The derived cap under load is the step-rate argmax over the drafter's calibration; whether
+    # it falls with load on this tiny model depends on the noise in its sub-millisecond curve
+    # (cap_test checks the fall on worked-out curves).
+    calibration = json.loads((tmp_path / "load.json").read_text())["drafter_calibrations"]["dspark"]
+    derived = [(entry["sequences"], entry["derived_cap"]) for entry in loads
+               if entry["run"] == "dspark cap=derived"]
+    assert [n for n, _ in derived] == [1, 2, 4]
+    assert all(is_derived_cap(cap, calibration, n) for n, cap in derived), (derived, calibration)
     assert "4 sequences" in result.stdout
     root = ET.parse(tmp_path / "load-concurrency.svg").getroot()
     lines = root.findall(SVG + "polyline")

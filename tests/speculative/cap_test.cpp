@@ -31,6 +31,28 @@ TEST(CostCurves, InterpolatesAndExtrapolatesTheLastSegment) {
   EXPECT_DOUBLE_EQ(curves.round_ms(2, 512), 3 + 20);
 }
 
+// Past the measured widths the curve rises with the least-squares slope of its upper half, so one
+// noisy last point cannot make wide verifies look free.
+TEST(CostCurves, ExtrapolatesWithTheUpperHalfsLeastSquaresSlope) {
+  const CostCurves curves = curves_of({1, 2, 3, 4, 5, 6, 8, 8});
+  // Widths 5..8 hold 5, 6, 8, 8: slope (−1.5·5 − 0.5·6 + 0.5·8 + 1.5·8) / 5 = 1.1.
+  EXPECT_DOUBLE_EQ(curves.verify(10), 8 + 2 * 1.1);
+}
+
+TEST(CostCurves, FitMakesTheSeriesNonDecreasingByLeastSquares) {
+  std::vector<double> values = {1, 3, 2, 4, 6, 5, 5, 9};
+  fit_non_decreasing(values);
+  EXPECT_EQ(values, (std::vector<double>{1, 2.5, 2.5, 4, 16.0 / 3, 16.0 / 3, 16.0 / 3, 9}));
+  std::vector<double> sorted = {1, 2, 2, 7};
+  fit_non_decreasing(sorted);
+  EXPECT_EQ(sorted, (std::vector<double>{1, 2, 2, 7}));
+  CostCurves curves = curves_of({0.15, 0.22, 0.27, 0.31, 0.38, 0.31, 0.35, 0.39}, {0.8, 0.78});
+  curves.fit();
+  EXPECT_TRUE(std::is_sorted(curves.verify_ms.begin(), curves.verify_ms.end()));
+  EXPECT_DOUBLE_EQ(curves.drafter_ms[0], 0.79);
+  EXPECT_DOUBLE_EQ(curves.drafter_ms[1], 0.79);
+}
+
 TEST(CostCurves, DepthSlopeOnlyBeyondTheReferenceContext) {
   CostCurves curves = curves_of({10, 10, 10, 10, 10});
   curves.slope_widths = {1, 3, 5};
