@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "base/error.h"
+#include "speculative/draft_scheduler.h"
 
 namespace dspark {
 namespace {
@@ -180,13 +181,6 @@ int derive_cap(const CostCurves& curves, int max_cap, const std::vector<double>&
   });
 }
 
-DerivedCap::DerivedCap(CostCurves curves, int max_cap)
-    : curves_(std::move(curves)), max_cap_(max_cap) {}
-
-int DerivedCap::current_cap() const {
-  return derive_cap(curves_, max_cap_, kDerivedCapPrior, 512, sequences_);
-}
-
 AutoCapController::AutoCapController(CostCurves curves, int max_cap)
     : AutoCapController(std::move(curves), max_cap, Params{}) {}
 
@@ -326,8 +320,10 @@ CapPolicyFactory make_lookup_cap_policy_factory(CostCurves curves) {
 }
 
 CapPolicyFactory make_cap_policy_factory(CostCurves curves, int max_cap, bool allow_parking) {
-  return [curves = std::move(curves), max_cap,
-          allow_parking](const DecodeOptions& options) -> std::unique_ptr<CapPolicy> {
+  std::shared_ptr<DraftScheduler> scheduler =
+      curves.empty() ? nullptr : std::make_shared<DraftScheduler>(curves, max_cap);
+  return [curves = std::move(curves), max_cap, allow_parking,
+          scheduler](const DecodeOptions& options) -> std::unique_ptr<CapPolicy> {
     constexpr int kUncalibratedCap = 2;
     if (options.max_draft && !options.auto_cap)
       return std::make_unique<FixedCap>(*options.max_draft);
@@ -337,7 +333,7 @@ CapPolicyFactory make_cap_policy_factory(CostCurves curves, int max_cap, bool al
       params.allow_parking = allow_parking;
       return std::make_unique<AutoCapController>(curves, max_cap, params);
     }
-    return std::make_unique<DerivedCap>(curves, max_cap);
+    return std::make_unique<DerivedCap>(scheduler);
   };
 }
 

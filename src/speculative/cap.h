@@ -67,20 +67,6 @@ int derive_cap(const CostCurves& curves, int max_cap, double p = kDerivedCapPrio
 int derive_cap(const CostCurves& curves, int max_cap, const std::vector<double>& survival,
                int64_t context = 512);
 
-// The derived cap as a policy: derive_cap at the prior, re-derived for the load the loop reports.
-class DerivedCap : public CapPolicy {
- public:
-  DerivedCap(CostCurves curves, int max_cap);
-  int cap_for_round() override { return current_cap(); }
-  int current_cap() const override;
-  void on_load(int sequences) override { sequences_ = std::max(sequences, 1); }
-
- private:
-  CostCurves curves_;
-  int max_cap_;
-  int sequences_ = 1;
-};
-
 // The per-round controller (--max-draft auto, §16.4): a running-mean-then-EWMA estimate of the
 // per-slot acceptance p, per-cap timing, a re-pick every few rounds with hysteresis, and parking
 // at cap 0 (plain steps with a cap-1 probe, every probe_every rounds at first; the gap doubles
@@ -187,7 +173,8 @@ class LookupLoadCap : public CapPolicy {
 CapPolicyFactory make_lookup_cap_policy_factory(CostCurves curves);
 
 // The cap policy of dspark / dflash generations: --max-draft auto gets a fresh controller, a
-// pinned --max-draft a fixed cap, otherwise the derived cap of `curves`. Without curves
+// pinned --max-draft a fixed cap, otherwise the derived cap of `curves` (draft_scheduler.h), every
+// generation the factory makes sharing one scheduler. Without curves
 // (calibration failed) both auto and derived fall back to a fixed cap of 2.
 CapPolicyFactory make_cap_policy_factory(CostCurves curves, int max_cap, bool allow_parking);
 

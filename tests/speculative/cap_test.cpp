@@ -145,21 +145,6 @@ TEST(DeriveCap, LoadLowersTheCapToTheStepsOptimum) {
   EXPECT_EQ(derive_cap(linear, 8, 0.7, 512, 4), 0);
 }
 
-TEST(DerivedCap, FollowsTheLoadTheLoopReports) {
-  std::vector<double> verify;
-  for (int w = 1; w <= 32; ++w) verify.push_back(10.0 + 0.5 * std::max(0, w - 8));
-  const CostCurves curves = curves_of(verify);
-  DerivedCap policy(curves, 8);
-  EXPECT_EQ(policy.cap_for_round(), derive_cap(curves, 8));
-  policy.on_load(8);
-  EXPECT_EQ(policy.cap_for_round(), derive_cap(curves, 8, kDerivedCapPrior, 512, 8));
-  EXPECT_LT(policy.current_cap(), derive_cap(curves, 8));
-  policy.on_load(1);
-  EXPECT_EQ(policy.current_cap(), derive_cap(curves, 8));
-}
-
-// Under load the controller offers no more than the step's derived cap at its acceptance estimate;
-// alone it is untouched.
 TEST(AutoCapController, LoadCeilsTheCap) {
   std::vector<double> verify;
   for (int w = 1; w <= 32; ++w) verify.push_back(10.0 + 2.0 * std::max(0, w - 4));

@@ -1,0 +1,143 @@
+#include "speculative/draft_scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/error.h"
+
+namespace dspark {
+namespace {
+
+constexpr double kPriorRounds = 4.0;
+
+}  // namespace
+
+DraftAllocation allocate_drafts(const CostCurves& curves,
+                                const std::vector<DraftCandidate>& candidates,
+                                int plain_sequences) {
+  if (curves.empty()) fail("drafts cannot be allocated without measured verify costs");
+  struct Pair {
+    double survival;
+    int position;
+    int candidate;
+  };
+  std::vector<Pair> pairs;
+  for (size_t m = 0; m < candidates.size(); ++m) {
+    double running = 1.0;
+    for (size_t k = 0; k < candidates[m].survival.size(); ++k) {
+      running = std::min(running, std::clamp(candidates[m].survival[k], 0.0, 1.0));
+      pairs.push_back({running, static_cast<int>(k), static_cast<int>(m)});
+    }
+  }
+  std::stable_sort(pairs.begin(), pairs.end(), [](const Pair& a, const Pair& b) {
+    if (a.survival != b.survival) return a.survival > b.survival;
+    if (a.position != b.position) return a.position < b.position;
+    return a.candidate < b.candidate;
+  });
+
+  const int sequences = static_cast<int>(candidates.size()) + std::max(plain_sequences, 0);
+  std::vector<int> caps(candidates.size(), 0);
+  // The step's cost without the verify forward: drafting and each sequence's attention depth.
+  double side_ms = static_cast<double>(std::max(plain_sequences, 0)) *
+                   curves.depth(1, curves.reference_context);
+  for (const DraftCandidate& candidate : candidates) side_ms += curves.depth(1, candidate.context);
+  double committed = sequences;
+
+  DraftAllocation best{caps, 0, committed / (side_ms + curves.verify(sequences))};
+  for (size_t n = 0; n < pairs.size(); ++n) {
+    const Pair& pair = pairs[n];
+    const DraftCandidate& candidate = candidates[pair.candidate];
+    int& cap = caps[pair.candidate];
+    side_ms += curves.drafter(cap + 1) - curves.drafter(cap) +
+               curves.depth(cap + 2, candidate.context) - curves.depth(cap + 1, candidate.context);
+    ++cap;
+    committed += pair.survival;
+    const int drafts = static_cast<int>(n) + 1;
+    const double rate =
+        committed / (side_ms + curves.verify(sequences + drafts) + curves.overhead_ms);
+    if (rate > best.tokens_per_ms) best = DraftAllocation{caps, drafts, rate};
+  }
+  return best;
+}
+
+DraftScheduler::DraftScheduler(CostCurves curves, int max_cap)
+    : curves_(std::move(curves)), max_cap_(max_cap) {
+  if (curves_.empty()) fail("the draft scheduler needs measured verify costs");
+  if (max_cap < 1) fail("the largest draft cap must be at least 1, not {}", max_cap);
+}
+
+int DraftScheduler::join() {
+  std::lock_guard lock(mutex_);
+  const int member = next_member_++;
+  members_[member] = Posted{};
+  return member;
+}
+
+void DraftScheduler::leave(int member) {
+  std::lock_guard lock(mutex_);
+  members_.erase(member);
+}
+
+void DraftScheduler::post(int member, double acceptance, int64_t context) {
+  std::lock_guard lock(mutex_);
+  members_[member] = Posted{acceptance, context};
+}
+
+int DraftScheduler::cap_for(int member, int sequences) const {
+  std::vector<DraftCandidate> candidates;
+  size_t index = 0;
+  {
+    std::lock_guard lock(mutex_);
+    candidates.reserve(members_.size());
+    for (const auto& [id, posted] : members_) {
+      if (id == member) index = candidates.size();
+      DraftCandidate candidate;
+      candidate.context = posted.context;
+      double survival = 1.0;
+      for (int k = 0; k < max_cap_; ++k) candidate.survival.push_back(survival *= posted.acceptance);
+      candidates.push_back(std::move(candidate));
+    }
+  }
+  const int plain = std::max(0, sequences - static_cast<int>(candidates.size()));
+  return allocate_drafts(curves_, candidates, plain).caps.at(index);
+}
+
+DerivedCap::DerivedCap(std::shared_ptr<DraftScheduler> scheduler)
+    : scheduler_(std::move(scheduler)),
+      member_(scheduler_->join()),
+      accepted_(kPriorRounds * kDerivedCapPrior),
+      rejected_(kPriorRounds * (1 - kDerivedCapPrior)) {}
+
+DerivedCap::~DerivedCap() { scheduler_->leave(member_); }
+
+int DerivedCap::current_cap() const {
+  if (sequences_ <= 1) return derive_cap(scheduler_->curves(), scheduler_->max_cap());
+  return scheduler_->cap_for(member_, sequences_);
+}
+
+int DerivedCap::cap_for_round() {
+  const int cap = current_cap();
+  if (cap == 0 && sequences_ > 1) {
+    constexpr double kKeep = 0.97;
+    accepted_ = kKeep * accepted_ + (1 - kKeep) * kPriorRounds * kDerivedCapPrior;
+    rejected_ = kKeep * rejected_ + (1 - kKeep) * kPriorRounds * (1 - kDerivedCapPrior);
+    scheduler_->post(member_, acceptance(), context_);
+  }
+  return cap;
+}
+
+void DerivedCap::on_context(int64_t tokens) {
+  context_ = tokens;
+  scheduler_->post(member_, acceptance(), context_);
+}
+
+void DerivedCap::on_round(int cap_used, int accepted, double seconds, int committed) {
+  (void)seconds, (void)committed;
+  if (cap_used < 1) return;
+  accepted_ += accepted;
+  // A fully accepted round says nothing about the draft after it (censored): no rejection.
+  if (accepted < cap_used) rejected_ += 1.0;
+  scheduler_->post(member_, acceptance(), context_);
+}
+
+}  // namespace dspark

@@ -1,0 +1,99 @@
+#pragma once
+// Confidence-scheduled verification under load (docs/speculative.md §16.6): the generations
+// sharing the target's steps each post the acceptance their rounds have shown, and every round
+// the batch's draft budget goes to the (generation, position) pairs most likely to survive, as
+// many as keep the step's expected committed tokens per millisecond rising.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "speculative/cap.h"
+
+namespace dspark {
+
+// One generation offering drafts in a shared step.
+struct DraftCandidate {
+  // survival[k]: the probability that drafts 0..k are all accepted; its length is the most drafts
+  // the generation may offer. Read as non-increasing (a later draft survives only after the
+  // earlier ones).
+  std::vector<double> survival;
+  int64_t context = 512;  // the generation's context depth, for the depth term
+};
+
+struct DraftAllocation {
+  std::vector<int> caps;  // per candidate
+  int drafts = 0;         // the batch's draft budget: the sum of caps
+  double tokens_per_ms = 0.0;
+};
+
+// The allocation that maximises expected committed tokens per step millisecond:
+//   (B + Σ admitted survival) / (Σ drafter(c_m) + verify(B + drafts) + Σ depth(c_m + 1, ctx_m)
+//                               + overhead when anyone drafts)
+// with B = the candidates plus `plain_sequences` generations that only decode. Pairs are admitted
+// in order of survival (ties: earlier position, then earlier candidate), and every budget from 0
+// to all pairs is priced: the step cost need not make the rate unimodal. Ties go to the smaller
+// budget. With one candidate at survival p^(k+1) this is derive_cap.
+DraftAllocation allocate_drafts(const CostCurves& curves,
+                                const std::vector<DraftCandidate>& candidates,
+                                int plain_sequences = 0);
+
+// The candidates of one server (or one benchmark arm): each generation's derived-cap policy joins
+// it, and asks it for its cap when more than one generation shares the steps.
+class DraftScheduler {
+ public:
+  DraftScheduler(CostCurves curves, int max_cap);
+  const CostCurves& curves() const { return curves_; }
+  int max_cap() const { return max_cap_; }
+
+  int join();
+  void leave(int member);
+  // The member's acceptance estimate (continuation probability p of a geometric run) and depth.
+  void post(int member, double acceptance, int64_t context);
+  // The member's cap in the allocation over every member, with `sequences` generations sharing
+  // the step (those beyond the members decode plain).
+  int cap_for(int member, int sequences) const;
+
+ private:
+  struct Posted {
+    double acceptance = kDerivedCapPrior;
+    int64_t context = 512;
+  };
+  CostCurves curves_;
+  int max_cap_;
+  mutable std::mutex mutex_;
+  std::map<int, Posted> members_;
+  int next_member_ = 0;
+};
+
+// The derived cap as a policy. Alone: derive_cap at the prior, as calibrated. Under load: the
+// scheduler's allocation, fed the acceptance this generation's rounds have shown (accepted drafts
+// over accepted drafts plus rejections, from the prior worth four rounds). A generation given no
+// drafts shows no acceptance, so each of its plain steps relaxes the estimate 3 % back toward the
+// prior: one whose content turns predictable gets drafts again (about 50 steps from 0 to
+// 80 % of the way back).
+class DerivedCap : public CapPolicy {
+ public:
+  explicit DerivedCap(std::shared_ptr<DraftScheduler> scheduler);
+  ~DerivedCap() override;
+  DerivedCap(const DerivedCap&) = delete;
+  DerivedCap& operator=(const DerivedCap&) = delete;
+
+  int cap_for_round() override;
+  int current_cap() const override;
+  void on_load(int sequences) override { sequences_ = std::max(sequences, 1); }
+  void on_context(int64_t tokens) override;
+  void on_round(int cap_used, int accepted, double seconds, int committed) override;
+  double acceptance() const { return accepted_ / (accepted_ + rejected_); }
+
+ private:
+  std::shared_ptr<DraftScheduler> scheduler_;
+  int member_;
+  int sequences_ = 1;
+  int64_t context_ = 512;
+  double accepted_;
+  double rejected_;
+};
+
+}  // namespace dspark

@@ -1,0 +1,142 @@
+// The batch's draft allocation on synthetic curves and acceptances worked out by hand, and the
+// derived-cap policy that feeds it each generation's acceptance.
+#include "speculative/draft_scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include "base/error.h"
+
+namespace dspark {
+namespace {
+
+CostCurves curves_of(std::vector<double> verify, std::vector<double> drafter = {},
+                     double overhead = 0.0) {
+  CostCurves curves;
+  curves.verify_ms = std::move(verify);
+  curves.drafter_ms = std::move(drafter);
+  curves.overhead_ms = overhead;
+  return curves;
+}
+
+DraftCandidate geometric(double p, int max_cap, int64_t context = 512) {
+  DraftCandidate candidate;
+  candidate.context = context;
+  double survival = 1.0;
+  for (int k = 0; k < max_cap; ++k) candidate.survival.push_back(survival *= p);
+  return candidate;
+}
+
+// With one generation the allocation is the derived cap, on every curve shape derive_cap's tests
+// use and every acceptance.
+TEST(AllocateDrafts, OneGenerationIsTheDerivedCap) {
+  const std::vector<CostCurves> shapes = {
+      curves_of({10, 10, 10, 10, 10, 10, 10, 10}),
+      curves_of({10, 10, 10, 10, 30, 30, 30, 30}),
+      curves_of({10, 14, 18, 22, 26, 30, 34, 38}, {1, 2, 3, 4, 5, 6, 7}),
+      curves_of({10, 20, 30, 40}, {}, 0.5),
+  };
+  for (const CostCurves& curves : shapes) {
+    for (double p : {0.0, 0.3, 0.7, 0.9, 1.0}) {
+      const DraftAllocation allocation = allocate_drafts(curves, {geometric(p, 7)});
+      EXPECT_EQ(allocation.caps, std::vector<int>{derive_cap(curves, 7, p)}) << p;
+      EXPECT_EQ(allocation.drafts, allocation.caps[0]);
+    }
+  }
+}
+
+// Widths up to 4 cost 10 ms, then 5 ms a row. A confident generation (p = 0.9) and a doubtful
+// one (p = 0.2) share the step; by survival the pairs go .9, .81 (both the confident one's), then
+// .729 needs width 5:
+//   0 drafts 2 / 10 = .200;  1: 2.9 / 10 = .290;  2: 3.71 / 10 = .371;  3: 4.439 / 15 = .296.
+// The uniform derived cap at the prior (C = 1 each) would commit (2 + .9 + .2) / 10 = .31.
+TEST(AllocateDrafts, TheBudgetGoesToTheDraftsLikeliestToSurvive) {
+  const CostCurves curves = curves_of({10, 10, 10, 10, 15, 20, 25, 30, 35, 40});
+  const DraftAllocation allocation =
+      allocate_drafts(curves, {geometric(0.9, 4), geometric(0.2, 4)});
+  EXPECT_EQ(allocation.caps, (std::vector<int>{2, 0}));
+  EXPECT_EQ(allocation.drafts, 2);
+  EXPECT_NEAR(allocation.tokens_per_ms, 0.371, 1e-12);
+  EXPECT_EQ(derive_cap(curves, 4, kDerivedCapPrior, 512, 2), 1);
+}
+
+// Width 4 costs double and wider ones no more: the rate falls at the third draft and rises past
+// its value at the seventh, (1 + Σ .9^k, k = 1..7) / 20 = .2848 > 2.71 / 10. A search that stopped
+// at the first fall would keep 2.
+TEST(AllocateDrafts, SearchesEveryBudgetWhereTheRateIsNotUnimodal) {
+  const CostCurves curves = curves_of({10, 10, 10, 20, 20, 20, 20, 20});
+  const DraftAllocation allocation = allocate_drafts(curves, {geometric(0.9, 7)});
+  EXPECT_EQ(allocation.caps, std::vector<int>{7});
+}
+
+// Plain decoders in the step take verify rows too: past the cheap widths a draft must pay for a
+// row that costs what a plain step commits, so the drafts stop.
+TEST(AllocateDrafts, PlainSequencesCrowdOutDrafts) {
+  const CostCurves curves = curves_of({10, 10, 10, 10, 20, 30, 40, 50});
+  EXPECT_EQ(allocate_drafts(curves, {geometric(0.8, 4)}, 0).drafts, 3);
+  EXPECT_EQ(allocate_drafts(curves, {geometric(0.8, 4)}, 2).drafts, 1);
+  EXPECT_EQ(allocate_drafts(curves, {geometric(0.8, 4)}, 4).drafts, 0);
+}
+
+// Survival is read as non-increasing, and the drafter's cost per draft is charged to the one
+// drafting: an expensive drafter moves the budget to nobody.
+TEST(AllocateDrafts, DrafterCostAndSurvivalOrderAreRespected) {
+  const CostCurves flat = curves_of({10, 10, 10, 10, 10, 10, 10, 10});
+  DraftCandidate rising;
+  rising.survival = {0.1, 0.9, 0.9};  // the second draft cannot outlive the first
+  EXPECT_EQ(allocate_drafts(flat, {rising}).caps, std::vector<int>{3});
+  const CostCurves costly = curves_of({10, 10, 10, 10, 10, 10, 10, 10}, {20, 40, 60});
+  EXPECT_EQ(allocate_drafts(costly, {geometric(0.9, 3), geometric(0.9, 3)}).drafts, 0);
+  EXPECT_THROW(allocate_drafts(CostCurves{}, {geometric(0.9, 3)}), Error);
+}
+
+// The policy: alone it is the calibrated derived cap; under load each generation's cap comes
+// from the allocation over every member, fed its own rounds' acceptance, so a generation whose
+// drafts keep failing gives its rows to one whose drafts land. Members that leave are forgotten.
+TEST(DerivedCap, SharesTheBudgetByEachGenerationsAcceptance) {
+  std::vector<double> verify;
+  for (int w = 1; w <= 32; ++w) verify.push_back(10.0 + 1.0 * std::max(0, w - 6));
+  const CostCurves curves = curves_of(verify);
+  auto scheduler = std::make_shared<DraftScheduler>(curves, 7);
+  DerivedCap good(scheduler), bad(scheduler);
+  EXPECT_EQ(good.cap_for_round(), derive_cap(curves, 7));
+  good.on_load(2);
+  bad.on_load(2);
+  // The same prior: the allocation over two equal members.
+  const DraftAllocation even =
+      allocate_drafts(curves, {geometric(kDerivedCapPrior, 7), geometric(kDerivedCapPrior, 7)});
+  EXPECT_EQ(good.cap_for_round() + bad.cap_for_round(), even.drafts);
+  for (int round = 0; round < 40; ++round) {
+    good.on_round(3, 3, 0.01, 4);
+    bad.on_round(3, 0, 0.01, 1);
+  }
+  EXPECT_GT(good.acceptance(), 0.95);
+  EXPECT_LT(bad.acceptance(), 0.1);
+  EXPECT_GT(good.cap_for_round(), bad.cap_for_round());
+  EXPECT_EQ(bad.cap_for_round(), 0);
+  // Plain steps relax the doubtful one's estimate back toward the prior until it drafts again.
+  const double doubted = bad.acceptance();
+  int plain_steps = 1;
+  while (bad.cap_for_round() == 0 && plain_steps < 1000) ++plain_steps;
+  EXPECT_GT(bad.acceptance(), doubted);
+  EXPECT_LT(plain_steps, 1000);
+  EXPECT_LT(bad.acceptance(), kDerivedCapPrior);
+  for (int round = 0; round < 40; ++round) bad.on_round(3, 0, 0.01, 1);
+  {
+    DerivedCap third(scheduler);
+    third.on_load(3);
+    EXPECT_EQ(third.cap_for_round(),
+              allocate_drafts(curves, {geometric(good.acceptance(), 7),
+                                       geometric(bad.acceptance(), 7),
+                                       geometric(kDerivedCapPrior, 7)})
+                  .caps[2]);
+  }
+  // The third left: the load the loop reports now counts it as a plain decoder.
+  good.on_load(3);
+  EXPECT_EQ(good.cap_for_round(), allocate_drafts(curves, {geometric(good.acceptance(), 7),
+                                                           geometric(bad.acceptance(), 7)},
+                                                  1)
+                                      .caps[0]);
+}
+
+}  // namespace
+}  // namespace dspark
