@@ -110,15 +110,12 @@ DerivedCap::DerivedCap(std::shared_ptr<DraftScheduler> scheduler)
 
 DerivedCap::~DerivedCap() { scheduler_->leave(member_); }
 
-int DerivedCap::current_cap() const {
-  if (sequences_ <= 1) return derive_cap(scheduler_->curves(), scheduler_->max_cap());
-  return scheduler_->cap_for(member_, sequences_);
-}
+int DerivedCap::current_cap() const { return scheduler_->cap_for(member_, sequences_); }
 
 int DerivedCap::cap_for_round() {
   const int cap = current_cap();
-  if (cap == 0 && sequences_ > 1) {
-    constexpr double kKeep = 0.97;
+  if (cap == 0) {
+    constexpr double kKeep = 0.998;
     accepted_ = kKeep * accepted_ + (1 - kKeep) * kPriorRounds * kDerivedCapPrior;
     rejected_ = kKeep * rejected_ + (1 - kKeep) * kPriorRounds * (1 - kDerivedCapPrior);
     scheduler_->post(member_, acceptance(), context_);

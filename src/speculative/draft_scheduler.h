@@ -67,12 +67,13 @@ class DraftScheduler {
   int next_member_ = 0;
 };
 
-// The derived cap as a policy. Alone: derive_cap at the prior, as calibrated. Under load: the
-// scheduler's allocation, fed the acceptance this generation's rounds have shown (accepted drafts
-// over accepted drafts plus rejections, from the prior worth four rounds). A generation given no
-// drafts shows no acceptance, so each of its plain steps relaxes the estimate 3 % back toward the
-// prior: one whose content turns predictable gets drafts again (about 50 steps from 0 to
-// 80 % of the way back).
+// The derived cap as a policy: the scheduler's allocation over every generation sharing the steps
+// (alone, derive_cap), fed the acceptance this generation's rounds have shown (accepted drafts
+// over accepted drafts plus rejections, from the prior worth four rounds), so its first round
+// takes the calibrated derived cap and a drafter that keeps missing stops being run. A generation given no
+// drafts shows no acceptance, so each of its plain steps moves its evidence 0.2 % back toward the
+// prior's: it is tried again after a number of plain steps that grows with the evidence against it
+// (an always-wrong drafter whose drafts would pay at 20 % acceptance runs on about 2 % of steps).
 class DerivedCap : public CapPolicy {
  public:
   explicit DerivedCap(std::shared_ptr<DraftScheduler> scheduler);

@@ -11,6 +11,7 @@
 
 #include "engine/forward_batcher.h"
 #include "spec_models.h"
+#include "speculative/cap.h"
 #include "speculative/decode.h"
 #include "test_drafters.h"
 
@@ -142,6 +143,65 @@ TEST_P(BatchedDecoding, EveryGenerationEqualsItsLoneRun) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, BatchedDecoding, ::testing::Values("M*EMEM-", "llama"));
+
+// Under load the derived caps come from one draft scheduler (speculative/draft_scheduler.h). On
+// costs where a verify row costs a twentieth of a step, a draft pays while its survival is above
+// about a tenth: the always-right drafters draft nearly the full block every step, the random
+// ones, once their misses show, a draft now and then; every answer still equals its lone run.
+TEST(ScheduledCaps, ConfidentGenerationsTakeTheDraftBudget) {
+  testing::TinyCheckpoint checkpoint(43);
+  testing::fill_nemotron(checkpoint, "M*EM");
+  auto model = load_model(checkpoint.write());
+  CostCurves curves;
+  for (int w = 1; w <= 16; ++w) curves.verify_ms.push_back(10.0 + 0.5 * (w - 1));
+  const CapPolicyFactory caps = make_cap_policy_factory(curves, 7, false);
+  std::mt19937 rng(9);
+  const int kinds[] = {0, 2, 0, 2};
+  std::vector<Case> cases;
+  std::vector<std::vector<int32_t>> full;
+  for (int kind : kinds) {
+    Case c;
+    for (int t = 0; t < 6; ++t) c.prompt.push_back(static_cast<int32_t>(rng() % model->vocab_size()));
+    c.max_tokens = 60;
+    c.drafter = kind;
+    full.push_back(plain_continuation(*model, c));
+    cases.push_back(std::move(c));
+  }
+  ForwardBatcher batcher(*model, std::chrono::seconds(30));
+  std::vector<GenerationResult> results(cases.size());
+  std::vector<DecodeStats> stats(cases.size());
+  std::latch joined(static_cast<std::ptrdiff_t>(cases.size()));
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    threads.emplace_back([&, i] {
+      ForwardBatcher::Membership membership(batcher);
+      joined.arrive_and_wait();
+      GenerationConfig config;
+      config.max_tokens = cases[i].max_tokens;
+      DecodeSetup setup;
+      setup.batcher = &batcher;
+      setup.options.mode = DecodeMode::dspark;
+      setup.cap_policy = caps;
+      setup.drafter = [&, i] {
+        return testing::make_drafter(cases[i].drafter, full[i], model->vocab_size(), 77, 7);
+      };
+      ModelState state = model->new_state();
+      results[i] = run_generation(*model, cases[i].prompt, state, config, setup,
+                                  [](const CommittedToken&) { return true; }, &stats[i]);
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  double confident = 0.0, doubtful = 0.0;  // the most drafts per target step of each kind
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::vector<int32_t> plain(full[i].begin() + cases[i].prompt.size(), full[i].end());
+    EXPECT_EQ(results[i].tokens, plain) << "generation " << i;
+    const SpeculativeStats& s = stats[i].speculative;
+    const double per_step = double(s.drafted) / double(s.rounds + s.plain_steps);
+    double& most = cases[i].drafter == 0 ? confident : doubtful;
+    most = std::max(most, per_step);
+  }
+  EXPECT_GT(confident, 4 * doubtful) << confident << " vs " << doubtful;
+}
 
 // A forward the model refuses fails only its own caller; the step goes on for the others.
 TEST(BatchedDecodingErrors, ARefusedForwardFailsOnlyItsCaller) {
