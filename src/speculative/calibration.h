@@ -56,6 +56,8 @@ Calibration calibrate(const Model& target, const DrafterFactory& drafter,
 // drafter (or reads the cache), then make_cap_policy_factory over the measured curves.
 struct CalibratedCaps {
   CapPolicyFactory policy;
+  // The --lookup-drafts pre-step's: LookupLoadCap over the same verify costs, drafting free.
+  CapPolicyFactory lookup_policy;
   int derived_cap = 2;  // the cap without --max-draft; 0: plain decoding pays best
   std::string error;    // why calibration failed; then the caps fall back to 2 (§16.3)
 };

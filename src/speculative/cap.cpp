@@ -55,9 +55,9 @@ void fit_non_decreasing(std::vector<double>& values) {
       const auto [mean, size] = blocks.back();
       blocks.pop_back();
       auto& [before_mean, before_size] = blocks.back();
-      before_mean = (before_mean * static_cast<double>(before_size) +
-                     mean * static_cast<double>(size)) /
-                    static_cast<double>(before_size + size);
+      before_mean =
+          (before_mean * static_cast<double>(before_size) + mean * static_cast<double>(size)) /
+          static_cast<double>(before_size + size);
       before_size += size;
     }
   }

@@ -72,12 +72,15 @@ GenerationResult run_generation(const Model& model, const std::vector<int32_t>& 
   if (!caps) caps = std::make_unique<FixedCap>(options.max_draft.value_or(kFallbackCap));
   out.cap = caps->current_cap();
   std::unique_ptr<LookupDrafter> lookup;
+  std::unique_ptr<CapPolicy> lookup_caps;
   SpeculativeOptions speculative;
   speculative.batcher = setup.batcher;
   if (options.lookup_drafts) {
     lookup = std::make_unique<LookupDrafter>(LookupParams{4, 5, 6, options.lookup_long_draft});
     speculative.lookup = lookup.get();
     speculative.lookup_cap = options.lookup_long_draft;
+    if (setup.lookup_cap_policy) lookup_caps = setup.lookup_cap_policy(options);
+    speculative.lookup_caps = lookup_caps.get();
   }
   SpeculativeGenerator generator(model, *drafter, *caps, speculative);
   GenerationResult result = generator.generate(prompt, state, config, on_token);

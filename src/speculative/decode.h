@@ -47,6 +47,8 @@ struct DecodeSetup {
   DecodeOptions options;
   DrafterFactory drafter;       // required for dspark / dflash
   CapPolicyFactory cap_policy;  // optional
+  // The --lookup-drafts pre-step's policy (optional; without one its long-draft ceiling holds).
+  CapPolicyFactory lookup_cap_policy;
   // Set when generations run concurrently (the server's slots): their forwards share steps.
   ForwardBatcher* batcher = nullptr;
 };

@@ -38,8 +38,8 @@ DraftAllocation allocate_drafts(const CostCurves& curves,
   const int sequences = static_cast<int>(candidates.size()) + std::max(plain_sequences, 0);
   std::vector<int> caps(candidates.size(), 0);
   // The step's cost without the verify forward: drafting and each sequence's attention depth.
-  double side_ms = static_cast<double>(std::max(plain_sequences, 0)) *
-                   curves.depth(1, curves.reference_context);
+  double side_ms =
+      static_cast<double>(std::max(plain_sequences, 0)) * curves.depth(1, curves.reference_context);
   for (const DraftCandidate& candidate : candidates) side_ms += curves.depth(1, candidate.context);
   double committed = sequences;
 
@@ -94,7 +94,8 @@ int DraftScheduler::cap_for(int member, int sequences) const {
       DraftCandidate candidate;
       candidate.context = posted.context;
       double survival = 1.0;
-      for (int k = 0; k < max_cap_; ++k) candidate.survival.push_back(survival *= posted.acceptance);
+      for (int k = 0; k < max_cap_; ++k)
+        candidate.survival.push_back(survival *= posted.acceptance);
       candidates.push_back(std::move(candidate));
     }
   }
@@ -108,9 +109,13 @@ DerivedCap::DerivedCap(std::shared_ptr<DraftScheduler> scheduler)
       accepted_(kPriorRounds * kDerivedCapPrior),
       rejected_(kPriorRounds * (1 - kDerivedCapPrior)) {}
 
-DerivedCap::~DerivedCap() { scheduler_->leave(member_); }
+DerivedCap::~DerivedCap() {
+  scheduler_->leave(member_);
+}
 
-int DerivedCap::current_cap() const { return scheduler_->cap_for(member_, sequences_); }
+int DerivedCap::current_cap() const {
+  return scheduler_->cap_for(member_, sequences_);
+}
 
 int DerivedCap::cap_for_round() {
   const int cap = current_cap();

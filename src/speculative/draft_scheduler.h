@@ -70,10 +70,11 @@ class DraftScheduler {
 // The derived cap as a policy: the scheduler's allocation over every generation sharing the steps
 // (alone, derive_cap), fed the acceptance this generation's rounds have shown (accepted drafts
 // over accepted drafts plus rejections, from the prior worth four rounds), so its first round
-// takes the calibrated derived cap and a drafter that keeps missing stops being run. A generation given no
-// drafts shows no acceptance, so each of its plain steps moves its evidence 0.2 % back toward the
-// prior's: it is tried again after a number of plain steps that grows with the evidence against it
-// (an always-wrong drafter whose drafts would pay at 20 % acceptance runs on about 2 % of steps).
+// takes the calibrated derived cap and a drafter that keeps missing stops being run. A generation
+// given no drafts shows no acceptance, so each of its plain steps moves its evidence 0.2 % back
+// toward the prior's: it is tried again after a number of plain steps that grows with the evidence
+// against it (an always-wrong drafter whose drafts would pay at 20 % acceptance runs on about 2 %
+// of steps).
 class DerivedCap : public CapPolicy {
  public:
   explicit DerivedCap(std::shared_ptr<DraftScheduler> scheduler);

@@ -308,6 +308,7 @@ DecodeSetup decode_setup_from_options(const Model& target, DecodeOptions decode,
     CalibratedCaps caps = calibrated_cap_policy(target, setup.drafter, calibration, max_cap,
                                                 choice.mode == DecodeMode::dspark);
     setup.cap_policy = std::move(caps.policy);
+    setup.lookup_cap_policy = std::move(caps.lookup_policy);
     if (!caps.error.empty()) {
       explanation += "; calibration failed (" + caps.error + "), cap 2";
     } else if (decode.auto_cap) {
@@ -319,7 +320,9 @@ DecodeSetup decode_setup_from_options(const Model& target, DecodeOptions decode,
           100 * kDerivedCapPrior);
     } else {
       explanation += fmt::format(
-          "; cap {} measured for this model+quant (override with --max-draft)", caps.derived_cap);
+          "; cap {} measured for this model+quant, then following the acceptance the rounds show "
+          "(override with --max-draft)",
+          caps.derived_cap);
     }
   }
   return setup;

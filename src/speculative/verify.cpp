@@ -185,11 +185,16 @@ GenerationResult SpeculativeGenerator::generate(const std::vector<int32_t>& prom
     Draft draft;
     Drafter* source = nullptr;
     const double draft_start = now_seconds();
-    if (budget > 0 && options_.lookup != nullptr) {
+    int64_t lookup_cap =
+        options_.lookup != nullptr ? std::min<int64_t>(budget, options_.lookup_cap) : 0;
+    if (lookup_cap > 0 && options_.lookup_caps != nullptr) {
+      options_.lookup_caps->on_context(static_cast<int64_t>(committed.size()));
+      if (options_.batcher != nullptr) options_.lookup_caps->on_load(options_.batcher->members());
+      lookup_cap = std::min<int64_t>(lookup_cap, options_.lookup_caps->cap_for_round());
+    }
+    if (lookup_cap > 0) {
       source = options_.lookup;
-      DraftRequest request{committed,
-                           static_cast<int>(std::min<int64_t>(budget, options_.lookup_cap)),
-                           sampling, rng};
+      DraftRequest request{committed, static_cast<int>(lookup_cap), sampling, rng};
       draft = options_.lookup->propose(request);
     }
     int cap_used = 0;
@@ -320,6 +325,9 @@ GenerationResult SpeculativeGenerator::generate(const std::vector<int32_t>& prom
     if (drafts > 0) source->on_verified(static_cast<int>(drafts), static_cast<int>(accepted));
     if (drafts > 0 && source == &drafter_) {
       caps_.on_verified(static_cast<int>(drafts), static_cast<int>(accepted));
+    }
+    if (drafts > 0 && source == options_.lookup && options_.lookup_caps != nullptr) {
+      options_.lookup_caps->on_verified(static_cast<int>(drafts), static_cast<int>(accepted));
     }
     if (drafts > 0 && source == &drafter_ && !draft.from_lookup) {
       caps_.on_round(cap_used, static_cast<int>(accepted), now_seconds() - draft_start,

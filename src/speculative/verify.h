@@ -82,6 +82,9 @@ struct SpeculativeOptions {
   // lookup hit is verified instead of running the drafter.
   Drafter* lookup = nullptr;
   int lookup_cap = 32;
+  // Caps the pre-step's drafts further (told the load and its own acceptance like the drafter's
+  // policy); null: lookup_cap alone. A cap of 0 skips the pre-step that round.
+  CapPolicy* lookup_caps = nullptr;
   // Batches the target forwards with other generations' (engine/forward_batcher.h); null for a
   // generation alone.
   ForwardBatcher* batcher = nullptr;

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "engine/forward_batcher.h"
+#include "formats/model_store.h"
 #include "spec_models.h"
 #include "speculative/cap.h"
 #include "speculative/decode.h"
@@ -161,7 +162,8 @@ TEST(ScheduledCaps, ConfidentGenerationsTakeTheDraftBudget) {
   std::vector<std::vector<int32_t>> full;
   for (int kind : kinds) {
     Case c;
-    for (int t = 0; t < 6; ++t) c.prompt.push_back(static_cast<int32_t>(rng() % model->vocab_size()));
+    for (int t = 0; t < 6; ++t)
+      c.prompt.push_back(static_cast<int32_t>(rng() % model->vocab_size()));
     c.max_tokens = 60;
     c.drafter = kind;
     full.push_back(plain_continuation(*model, c));
@@ -186,8 +188,9 @@ TEST(ScheduledCaps, ConfidentGenerationsTakeTheDraftBudget) {
         return testing::make_drafter(cases[i].drafter, full[i], model->vocab_size(), 77, 7);
       };
       ModelState state = model->new_state();
-      results[i] = run_generation(*model, cases[i].prompt, state, config, setup,
-                                  [](const CommittedToken&) { return true; }, &stats[i]);
+      results[i] = run_generation(
+          *model, cases[i].prompt, state, config, setup, [](const CommittedToken&) { return true; },
+          &stats[i]);
     });
   }
   for (std::thread& thread : threads) thread.join();
@@ -201,6 +204,89 @@ TEST(ScheduledCaps, ConfidentGenerationsTakeTheDraftBudget) {
     most = std::max(most, per_step);
   }
   EXPECT_GT(confident, 4 * doubtful) << confident << " vs " << doubtful;
+}
+
+// The --lookup-drafts pre-step's own policy: told the load and each verified lookup round, it
+// caps the lookup drafts (0 skips the pre-step), and the answer stays plain decoding's.
+struct LookupRecord {
+  int most_load = 0, verified = 0, most_drafted = 0;
+};
+
+class LookupRecordingCap : public FixedCap {
+ public:
+  LookupRecordingCap(int cap, LookupRecord& record) : FixedCap(cap), record_(record) {}
+  void on_load(int sequences) override {
+    record_.most_load = std::max(record_.most_load, sequences);
+  }
+  void on_verified(int drafted, int accepted) override {
+    ++record_.verified;
+    record_.most_drafted = std::max(record_.most_drafted, drafted);
+    EXPECT_LE(accepted, drafted);
+  }
+
+ private:
+  LookupRecord& record_;
+};
+
+// The default model continues a repeating prompt with the repetition, so lookup drafts hit.
+TEST(LookupPreStepDefaultModel, ItsPolicyCapsTheLookupDraftsUnderLoad) {
+  const std::string dir = (std::filesystem::path(models_dir()) / kDefaultModelName).string();
+  ASSERT_TRUE(std::filesystem::exists(dir + "/config.json"))
+      << "the default model is not installed at " << dir
+      << "; run scripts/install_default_model.sh";
+  auto model = load_model(dir);
+  Case c;
+  c.prompt = {504, 2365, 314, 260, 2365, 314, 260, 2365, 314, 260, 2365};
+  c.max_tokens = 24;
+  const std::vector<int32_t> full = plain_continuation(*model, c);
+  const std::vector<int32_t> plain(full.begin() + c.prompt.size(), full.end());
+  // cap: -1 no pre-step policy; else a LookupRecordingCap of that cap.
+  auto run = [&](int cap, ForwardBatcher* batcher, LookupRecord& record) {
+    GenerationConfig config;
+    config.max_tokens = c.max_tokens;
+    DecodeSetup setup;
+    setup.batcher = batcher;
+    setup.options.mode = DecodeMode::dspark;
+    setup.options.max_draft = 2;
+    setup.options.lookup_drafts = true;
+    setup.drafter = [&] { return testing::make_drafter(2, full, model->vocab_size(), 3, 2); };
+    if (cap >= 0) {
+      setup.lookup_cap_policy = [cap, &record](const DecodeOptions&) -> std::unique_ptr<CapPolicy> {
+        return std::make_unique<LookupRecordingCap>(cap, record);
+      };
+    }
+    ModelState state = model->new_state();
+    DecodeStats stats;
+    const GenerationResult result = run_generation(
+        *model, c.prompt, state, config, setup, [](const CommittedToken&) { return true; }, &stats);
+    EXPECT_EQ(result.tokens, plain) << "pre-step cap " << cap;
+    return stats.speculative;
+  };
+  LookupRecord alone;
+  EXPECT_GT(run(-1, nullptr, alone).lookup_rounds, 0) << "the prompt repeats: lookup hits";
+  EXPECT_EQ(run(0, nullptr, alone).lookup_rounds, 0);
+  EXPECT_EQ(alone.verified, 0);
+  EXPECT_EQ(alone.most_load, 0) << "alone, nothing reports a load";
+
+  ForwardBatcher batcher(*model, std::chrono::seconds(30));
+  LookupRecord first, second;
+  SpeculativeStats stats;
+  std::latch joined(2);
+  std::thread other([&] {
+    ForwardBatcher::Membership membership(batcher);
+    joined.arrive_and_wait();
+    run(2, &batcher, second);
+  });
+  {
+    ForwardBatcher::Membership membership(batcher);
+    joined.arrive_and_wait();
+    stats = run(2, &batcher, first);
+  }
+  other.join();
+  EXPECT_GT(stats.lookup_rounds, 0);
+  EXPECT_EQ(first.verified, stats.lookup_rounds);
+  EXPECT_EQ(first.most_drafted, 2);
+  EXPECT_EQ(first.most_load, 2);
 }
 
 // A forward the model refuses fails only its own caller; the step goes on for the others.

@@ -126,18 +126,17 @@ TEST(DerivedCap, SharesTheBudgetByEachGenerationsAcceptance) {
   {
     DerivedCap third(scheduler);
     third.on_load(3);
-    EXPECT_EQ(third.cap_for_round(),
-              allocate_drafts(curves, {geometric(good.acceptance(), 7),
-                                       geometric(bad.acceptance(), 7),
-                                       geometric(kDerivedCapPrior, 7)})
-                  .caps[2]);
+    EXPECT_EQ(third.cap_for_round(), allocate_drafts(curves, {geometric(good.acceptance(), 7),
+                                                              geometric(bad.acceptance(), 7),
+                                                              geometric(kDerivedCapPrior, 7)})
+                                         .caps[2]);
   }
   // The third left: the load the loop reports now counts it as a plain decoder.
   good.on_load(3);
-  EXPECT_EQ(good.cap_for_round(), allocate_drafts(curves, {geometric(good.acceptance(), 7),
-                                                           geometric(bad.acceptance(), 7)},
-                                                  1)
-                                      .caps[0]);
+  EXPECT_EQ(
+      good.cap_for_round(),
+      allocate_drafts(curves, {geometric(good.acceptance(), 7), geometric(bad.acceptance(), 7)}, 1)
+          .caps[0]);
 }
 
 // Alone, a drafter that keeps missing stops being run and is tried again now and then: on
