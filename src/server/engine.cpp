@@ -476,6 +476,7 @@ class BorrowedDrafter final : public Drafter {
 
 void Engine::run(Job& job, int slot) {
   job.started = now_seconds();
+  job.slot = slot;
   // The steps wait (briefly) for this generation's forwards while it runs.
   std::optional<ForwardBatcher::Membership> membership;
   if (batcher_) membership.emplace(*batcher_);

@@ -75,6 +75,7 @@ class Job {
   double arrival = 0.0;
   double started = -1.0;
   double first_token = -1.0;
+  int slot = -1;  // the slot that ran it; -1 until a worker takes it up
 
  private:
   friend class Engine;

@@ -35,14 +35,23 @@ void Histogram::observe(double value) {
 
 void Histogram::render(const std::string& name, const std::string& help, std::string& out) const {
   out += fmt::format("# HELP {0} {1}\n# TYPE {0} histogram\n", name, help);
+  render_series(name, "", out);
+}
+
+void Histogram::render_series(const std::string& name, const std::string& labels,
+                              std::string& out) const {
+  const std::string before = labels.empty() ? "" : labels + ",";
+  const std::string alone = labels.empty() ? "" : "{" + labels + "}";
   int64_t cumulative = 0;
   for (size_t i = 0; i < bounds_.size(); ++i) {
     cumulative += counts_[i];
-    out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, bounds_[i], cumulative);
+    out += fmt::format("{}_bucket{{{}le=\"{}\"}} {}\n", name, before, bounds_[i], cumulative);
   }
-  out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n{}_sum {}\n{}_count {}\n", name, count_, name,
-                     sum_, name, count_);
+  out += fmt::format("{0}_bucket{{{1}le=\"+Inf\"}} {2}\n{0}_sum{3} {4}\n{0}_count{3} {2}\n", name,
+                     before, count_, alone, sum_);
 }
+
+Metrics::Slot::Slot() : per_token(kTokenBounds), ttft(kLatencyBounds) {}
 
 Metrics::Metrics()
     : queue_(kLatencyBounds),
@@ -67,6 +76,13 @@ void Metrics::record(const RequestRecord& r) {
   if (r.seconds_per_token >= 0) per_token_.observe(r.seconds_per_token);
   if (r.e2e_seconds >= 0) e2e_.observe(r.e2e_seconds);
   if (r.rounds > 0) accept_per_round_.observe(double(r.completion_tokens) / r.rounds);
+  if (r.slot >= 0) {
+    Slot& slot = slots_[r.slot];
+    ++slot.requests;
+    slot.generated_tokens += r.completion_tokens;
+    if (r.seconds_per_token >= 0) slot.per_token.observe(r.seconds_per_token);
+    if (r.ttft_seconds >= 0) slot.ttft.observe(r.ttft_seconds);
+  }
 }
 
 void Metrics::set_queue(int64_t waiting, int64_t running) {
@@ -120,6 +136,38 @@ void render_batch(const ForwardBatcher::Counters& batch, std::string& out) {
 
 }  // namespace
 
+void Metrics::render_slots(std::string& out) const {
+  out +=
+      "# HELP dspark_slot_requests_total Requests each slot generated for.\n"
+      "# TYPE dspark_slot_requests_total counter\n";
+  for (const auto& [slot, figures] : slots_) {
+    out += fmt::format("dspark_slot_requests_total{{slot=\"{}\"}} {}\n", slot, figures.requests);
+  }
+  out +=
+      "# HELP dspark_slot_generated_tokens_total Tokens each slot generated.\n"
+      "# TYPE dspark_slot_generated_tokens_total counter\n";
+  for (const auto& [slot, figures] : slots_) {
+    out += fmt::format("dspark_slot_generated_tokens_total{{slot=\"{}\"}} {}\n", slot,
+                       figures.generated_tokens);
+  }
+  out +=
+      "# HELP dspark_slot_time_per_output_token_seconds Decode time per generated token, by "
+      "slot.\n"
+      "# TYPE dspark_slot_time_per_output_token_seconds histogram\n";
+  for (const auto& [slot, figures] : slots_) {
+    figures.per_token.render_series("dspark_slot_time_per_output_token_seconds",
+                                    fmt::format("slot=\"{}\"", slot), out);
+  }
+  out +=
+      "# HELP dspark_slot_time_to_first_token_seconds Time from arrival to the first token, by "
+      "slot.\n"
+      "# TYPE dspark_slot_time_to_first_token_seconds histogram\n";
+  for (const auto& [slot, figures] : slots_) {
+    figures.ttft.render_series("dspark_slot_time_to_first_token_seconds",
+                               fmt::format("slot=\"{}\"", slot), out);
+  }
+}
+
 std::string Metrics::render(const std::map<std::string, double>& gauges,
                             const ForwardBatcher::Counters* batch) const {
   std::lock_guard lock(mutex_);
@@ -166,6 +214,7 @@ std::string Metrics::render(const std::map<std::string, double>& gauges,
                     out);
   e2e_.render("dspark_request_seconds", "Time from arrival to the last token.", out);
   accept_per_round_.render("dspark_tokens_per_round", "Committed tokens per target forward.", out);
+  render_slots(out);
   return out;
 }
 

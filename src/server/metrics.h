@@ -16,8 +16,10 @@ class Histogram {
  public:
   explicit Histogram(std::vector<double> bounds);
   void observe(double value);
-  // Appends the _bucket / _sum / _count lines of metric `name`.
+  // Appends the HELP / TYPE header and the _bucket / _sum / _count lines of metric `name`.
   void render(const std::string& name, const std::string& help, std::string& out) const;
+  // The _bucket / _sum / _count lines alone, each carrying `labels` (e.g. slot="0") first.
+  void render_series(const std::string& name, const std::string& labels, std::string& out) const;
 
  private:
   std::vector<double> bounds_;
@@ -28,6 +30,7 @@ class Histogram {
 
 struct RequestRecord {
   std::string endpoint;
+  int slot = -1;  // the slot that generated it; -1 when none did
   int status = 200;
   std::string finish;  // "" when the request never generated
   int64_t prompt_tokens = 0;
@@ -81,6 +84,17 @@ class Metrics {
   Histogram per_token_;
   Histogram e2e_;
   Histogram accept_per_round_;
+  // Per slot: requests, generated tokens, and the decode time per token and time to first token
+  // of its generations (a slow or stuck slot shows against the others).
+  struct Slot {
+    int64_t requests = 0;
+    int64_t generated_tokens = 0;
+    Histogram per_token;
+    Histogram ttft;
+    Slot();
+  };
+  std::map<int, Slot> slots_;
+  void render_slots(std::string& out) const;
 };
 
 }  // namespace dspark::server

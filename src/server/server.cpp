@@ -277,6 +277,7 @@ struct Server::Impl {
     if (!error.empty()) line["error"] = error;
     if (job) {
       line["model"] = job->request.model;
+      record.slot = job->slot;
       if (job->started >= 0) {
         record.queue_seconds = job->started - job->arrival;
         line["queue_ms"] = std::lround(record.queue_seconds * 1000);

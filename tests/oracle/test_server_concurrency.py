@@ -119,6 +119,27 @@ def check_batch_histogram(server):
     assert buckets == sorted(buckets)
 
 
+def check_slot_metrics(server, slots):
+    """The per-slot series name only real slots, their tokens add up to the server's total, each
+    slot's histograms hold at most its requests, and the load spread over several slots."""
+    text = server.get("/metrics")
+    requests, tokens = {}, {}
+    for line in text.splitlines():
+        for name, into in (("dspark_slot_requests_total", requests),
+                           ("dspark_slot_generated_tokens_total", tokens)):
+            if line.startswith(name + '{slot="'):
+                into[int(line.split('"')[1])] = float(line.split()[1])
+    assert set(requests) == set(tokens) and set(requests) <= set(range(slots)), requests
+    assert len(requests) >= 4, requests
+    assert sum(tokens.values()) == metric(server, "dspark_generated_tokens_total")
+    for slot, count in requests.items():
+        for histogram in ("dspark_slot_time_per_output_token_seconds",
+                          "dspark_slot_time_to_first_token_seconds"):
+            observed = metric(server, f'{histogram}_count{{slot="{slot}"}}')
+            assert observed == metric(server, f'{histogram}_bucket{{slot="{slot}",le="+Inf"}}')
+            assert 0 < observed <= count, (histogram, slot, observed, count)
+
+
 @pytest.mark.parametrize("mode", ["baseline", "lookup"])
 def test_default_model_under_load_answers_as_alone(smollm2, mode):
     server = LiveServer(smollm2, "--parallel", "4", "--mode", mode)
@@ -175,8 +196,8 @@ def dialect_answer(server, kind, disconnect=False):
 def test_32_clients_on_8_slots_with_disconnects_in_every_dialect(smollm2):
     """32 clients x 4 requests over the OpenAI chat, completions and Responses routes and the
     Anthropic route, a quarter of them streams the client cuts after the first event, on
-    --parallel 8: every finished answer is the one the request gets alone, the metrics add up,
-    and RSS stays flat."""
+    --parallel 8: every finished answer is the one the request gets alone, the metrics (per slot
+    too) add up, and RSS stays flat."""
     kinds = ["chat", "completions", "responses", "anthropic"]
     server = LiveServer(smollm2, "--parallel", "8")
     try:
@@ -221,6 +242,7 @@ def test_32_clients_on_8_slots_with_disconnects_in_every_dialect(smollm2):
         assert metric(server, "dspark_prefill_tokens_total") == 0
         assert metric(server, "dspark_batch_widest") >= 4
         check_batch_histogram(server)
+        check_slot_metrics(server, 8)
         rss_after = rss_bytes(server.proc.pid)
         assert rss_after - rss_before < 96 * 2**20 + rss_before // 4, (rss_before, rss_after)
         assert {kind: dialect_answer(server, kind) for kind in kinds} == expected

@@ -271,6 +271,42 @@ TEST(Metrics, RendersPrometheusHistograms) {
             std::string::npos);
   EXPECT_NE(text.find("dspark_time_to_first_token_seconds_count 1"), std::string::npos);
   EXPECT_NE(text.find("dspark_prompt_tokens_total 5"), std::string::npos);
+  EXPECT_EQ(text.find("dspark_slot_requests_total{"), std::string::npos) << "no slot ran it";
+}
+
+TEST(Metrics, SlotSeriesCarryTheSlotLabel) {
+  Metrics metrics;
+  for (int slot : {1, 1, 0}) {
+    RequestRecord record;
+    record.endpoint = "/v1/messages";
+    record.slot = slot;
+    record.completion_tokens = 10;
+    record.seconds_per_token = 0.004;
+    record.ttft_seconds = slot == 0 ? 0.3 : -1.0;
+    metrics.record(record);
+  }
+  const std::string text = metrics.render({});
+  for (const char* line : {
+           "dspark_slot_requests_total{slot=\"0\"} 1\n",
+           "dspark_slot_requests_total{slot=\"1\"} 2\n",
+           "dspark_slot_generated_tokens_total{slot=\"1\"} 20\n",
+           "dspark_slot_time_per_output_token_seconds_bucket{slot=\"1\",le=\"+Inf\"} 2\n",
+           "dspark_slot_time_per_output_token_seconds_count{slot=\"1\"} 2\n",
+           "dspark_slot_time_per_output_token_seconds_sum{slot=\"0\"} 0.004\n",
+           "dspark_slot_time_to_first_token_seconds_count{slot=\"0\"} 1\n",
+           "dspark_slot_time_to_first_token_seconds_count{slot=\"1\"} 0\n",
+           "# TYPE dspark_slot_time_to_first_token_seconds histogram\n",
+       }) {
+    EXPECT_NE(text.find(line), std::string::npos) << line;
+  }
+  // One HELP / TYPE header per family, however many slots.
+  size_t headers = 0;
+  for (size_t at = text.find("# TYPE dspark_slot_time_per_output_token_seconds ");
+       at != std::string::npos;
+       at = text.find("# TYPE dspark_slot_time_per_output_token_seconds ", at + 1)) {
+    ++headers;
+  }
+  EXPECT_EQ(headers, 1u);
 }
 
 }  // namespace
