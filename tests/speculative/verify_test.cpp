@@ -5,13 +5,17 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <latch>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <thread>
 
 #include "constrain/grammar.h"
+#include "engine/forward_batcher.h"
 #include "formats/model_store.h"
 #include "spec_models.h"
+#include "speculative/cap.h"
 #include "speculative/decode.h"
 #include "speculative/lookup.h"
 #include "test_drafters.h"
@@ -321,6 +325,98 @@ TEST(LosslessSampling, FirstTwoTokensFollowTheTargetWithAWrongDrafter) {
   const ChiSquare fit = chi_square(expected, observed, samples);
   EXPECT_LT(fit.statistic, chi_square_critical(fit.cells - 1)) << fit.cells << " cells";
   EXPECT_GT(generator.stats().drafted, 0);
+}
+
+// The same under load: four workers sample through one ForwardBatcher, every generation's cap
+// from one draft scheduler (the derived cap of make_cap_policy_factory), so each round's cap
+// depends on how many generations share the step and on their acceptance. The first two tokens
+// still follow the target's distribution.
+TEST(LosslessSampling, FirstTwoTokensFollowTheTargetUnderScheduledLoad) {
+  testing::TinyCheckpoint checkpoint(57);
+  testing::fill_nemotron(checkpoint, "M*E");
+  auto model = load_model(checkpoint.write());
+  const int64_t vocab = model->vocab_size();
+  SamplingParams sampling;
+  sampling.temperature = 0.8f;
+  sampling.top_k = 6;
+  const std::vector<int32_t> prompt = {3, 14, 15, 92, 65};
+
+  ModelState state = model->new_state();
+  ForwardOutput out;
+  model->forward(prompt.data(), prompt.size(), state, {4}, {}, out);
+  const TokenDistribution first = target_distribution(sampling, out.logits.data(), vocab);
+  const StateSnapshot after_prompt = state.snapshot();
+  std::map<std::pair<int32_t, int32_t>, double> expected;
+  for (size_t a = 0; a < first.ids.size(); ++a) {
+    state.restore(after_prompt);
+    model->forward(&first.ids[a], 1, state, {0}, {}, out);
+    const TokenDistribution second = target_distribution(sampling, out.logits.data(), vocab);
+    for (size_t b = 0; b < second.ids.size(); ++b) {
+      expected[{first.ids[a], second.ids[b]}] = double(first.probs[a]) * second.probs[b];
+    }
+  }
+  ModelState base = model->new_state();
+  model->forward(prompt.data(), prompt.size() - 1, base, {}, {}, out);
+  const StateSnapshot prefix = base.snapshot();
+
+  // Rows up to width 10 are free, then each costs a tenth of a step: at the prior the allocation
+  // gives 4 members caps 2, 2, 1, 1, three members 3, 2, 2, two members 4 each.
+  CostCurves curves;
+  for (int w = 1; w <= 24; ++w) curves.verify_ms.push_back(10.0 + 1.0 * std::max(0, w - 10));
+  DecodeSetup setup;
+  setup.options.mode = DecodeMode::dspark;
+  setup.cap_policy = make_cap_policy_factory(curves, 4, false);
+  setup.drafter = [vocab] { return std::make_unique<SkewedDrafter>(vocab); };
+  ForwardBatcher batcher(*model, std::chrono::seconds(30));
+  setup.batcher = &batcher;
+
+  constexpr int kWorkers = 4, kPerWorker = 3000;
+  std::vector<std::map<std::pair<int32_t, int32_t>, int>> observed(kWorkers);
+  std::vector<int64_t> drafted(kWorkers, 0);
+  std::vector<std::map<int64_t, int64_t>> drafts_seen(kWorkers);
+  std::vector<std::thread> workers;
+  std::latch joined(kWorkers);
+  for (int w = 0; w < kWorkers; ++w) {
+    workers.emplace_back([&, w] {
+      ForwardBatcher::Membership membership(batcher);
+      joined.arrive_and_wait();
+      for (int i = 0; i < kPerWorker; ++i) {
+        ModelState run = model->new_state();
+        run.restore(prefix);
+        GenerationConfig config;
+        config.sampling = sampling;
+        config.sampling.seed = 50000 + w * kPerWorker + i;
+        config.max_tokens = 8;
+        int seen = 0;
+        DecodeStats stats;
+        const GenerationResult result = run_generation(
+            *model, prompt, run, config, setup, [&](const CommittedToken&) { return ++seen < 2; },
+            &stats);
+        if (result.tokens.size() < 2) continue;
+        ++observed[w][{result.tokens[0], result.tokens[1]}];
+        drafted[w] += stats.speculative.drafted;
+        if (stats.speculative.rounds > 0) ++drafts_seen[w][stats.speculative.drafted];
+      }
+    });
+  }
+  for (std::thread& worker : workers) worker.join();
+  std::map<std::pair<int32_t, int32_t>, int> all;
+  std::map<int64_t, int64_t> draft_sizes;
+  int samples = 0;
+  for (int w = 0; w < kWorkers; ++w) {
+    for (const auto& [pair, count] : observed[w]) {
+      all[pair] += count;
+      samples += count;
+      EXPECT_TRUE(expected.count(pair)) << "sampled a pair outside the target's support";
+    }
+    for (const auto& [size, count] : drafts_seen[w]) draft_sizes[size] += count;
+    EXPECT_GT(drafted[w], 0) << "worker " << w;
+  }
+  EXPECT_EQ(samples, kWorkers * kPerWorker);
+  EXPECT_GE(draft_sizes.size(), 2u) << "the caps did not vary";
+  const ChiSquare fit = chi_square(expected, all, samples);
+  EXPECT_LT(fit.statistic, chi_square_critical(fit.cells - 1)) << fit.cells << " cells";
+  EXPECT_GT(batcher.counters().widest, 1);
 }
 
 // Reasoning budget (docs/speculative.md §8): with the prompt opening the block, each case spells
