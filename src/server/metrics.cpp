@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <tuple>
 
 namespace dspark::server {
 namespace {
@@ -137,34 +138,26 @@ void render_batch(const ForwardBatcher::Counters& batch, std::string& out) {
 }  // namespace
 
 void Metrics::render_slots(std::string& out) const {
-  out +=
-      "# HELP dspark_slot_requests_total Requests each slot generated for.\n"
-      "# TYPE dspark_slot_requests_total counter\n";
-  for (const auto& [slot, figures] : slots_) {
-    out += fmt::format("dspark_slot_requests_total{{slot=\"{}\"}} {}\n", slot, figures.requests);
+  const std::tuple<const char*, const char*, int64_t Slot::*> counters[] = {
+      {"dspark_slot_requests_total", "Requests each slot generated for.", &Slot::requests},
+      {"dspark_slot_generated_tokens_total", "Tokens each slot generated.",
+       &Slot::generated_tokens}};
+  for (const auto& [name, help, count] : counters) {
+    out += fmt::format("# HELP {0} {1}\n# TYPE {0} counter\n", name, help);
+    for (const auto& [slot, figures] : slots_) {
+      out += fmt::format("{}{{slot=\"{}\"}} {}\n", name, slot, figures.*count);
+    }
   }
-  out +=
-      "# HELP dspark_slot_generated_tokens_total Tokens each slot generated.\n"
-      "# TYPE dspark_slot_generated_tokens_total counter\n";
-  for (const auto& [slot, figures] : slots_) {
-    out += fmt::format("dspark_slot_generated_tokens_total{{slot=\"{}\"}} {}\n", slot,
-                       figures.generated_tokens);
-  }
-  out +=
-      "# HELP dspark_slot_time_per_output_token_seconds Decode time per generated token, by "
-      "slot.\n"
-      "# TYPE dspark_slot_time_per_output_token_seconds histogram\n";
-  for (const auto& [slot, figures] : slots_) {
-    figures.per_token.render_series("dspark_slot_time_per_output_token_seconds",
-                                    fmt::format("slot=\"{}\"", slot), out);
-  }
-  out +=
-      "# HELP dspark_slot_time_to_first_token_seconds Time from arrival to the first token, by "
-      "slot.\n"
-      "# TYPE dspark_slot_time_to_first_token_seconds histogram\n";
-  for (const auto& [slot, figures] : slots_) {
-    figures.ttft.render_series("dspark_slot_time_to_first_token_seconds",
-                               fmt::format("slot=\"{}\"", slot), out);
+  const std::tuple<const char*, const char*, Histogram Slot::*> histograms[] = {
+      {"dspark_slot_time_per_output_token_seconds", "Decode time per generated token, by slot.",
+       &Slot::per_token},
+      {"dspark_slot_time_to_first_token_seconds", "Time from arrival to the first token, by slot.",
+       &Slot::ttft}};
+  for (const auto& [name, help, histogram] : histograms) {
+    out += fmt::format("# HELP {0} {1}\n# TYPE {0} histogram\n", name, help);
+    for (const auto& [slot, figures] : slots_) {
+      (figures.*histogram).render_series(name, fmt::format("slot=\"{}\"", slot), out);
+    }
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <functional>
 #include <latch>
 #include <random>
 #include <thread>
@@ -72,6 +73,20 @@ class LoadRecordingCap : public FixedCap {
 
 std::atomic<int> most_load{0};
 
+// Runs body(0 .. n-1) on n threads, each a member of `batcher` from before any of them starts.
+void run_together(ForwardBatcher& batcher, size_t n, const std::function<void(size_t)>& body) {
+  std::latch joined(static_cast<std::ptrdiff_t>(n));
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] {
+      ForwardBatcher::Membership membership(batcher);
+      joined.arrive_and_wait();
+      body(i);
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+}
+
 // `full`: the prompt and its plain continuation, for the always-right drafter.
 std::vector<int32_t> generate_case(const Model& model, const Case& c,
                                    const std::vector<int32_t>& full, ForwardBatcher* batcher) {
@@ -121,16 +136,8 @@ TEST_P(BatchedDecoding, EveryGenerationEqualsItsLoneRun) {
   // the running generations, whatever the scheduling.
   ForwardBatcher batcher(*model, std::chrono::seconds(30));
   std::vector<std::vector<int32_t>> together(cases.size());
-  std::latch joined(static_cast<std::ptrdiff_t>(cases.size()));
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < cases.size(); ++i) {
-    threads.emplace_back([&, i] {
-      ForwardBatcher::Membership membership(batcher);
-      joined.arrive_and_wait();
-      together[i] = generate_case(*model, cases[i], full[i], &batcher);
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
+  run_together(batcher, cases.size(),
+               [&](size_t i) { together[i] = generate_case(*model, cases[i], full[i], &batcher); });
   for (size_t i = 0; i < cases.size(); ++i) {
     EXPECT_EQ(together[i], alone[i]) << "generation " << i;
     EXPECT_EQ(static_cast<int64_t>(together[i].size()), cases[i].max_tokens) << "generation " << i;
@@ -172,28 +179,21 @@ TEST(ScheduledCaps, ConfidentGenerationsTakeTheDraftBudget) {
   ForwardBatcher batcher(*model, std::chrono::seconds(30));
   std::vector<GenerationResult> results(cases.size());
   std::vector<DecodeStats> stats(cases.size());
-  std::latch joined(static_cast<std::ptrdiff_t>(cases.size()));
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < cases.size(); ++i) {
-    threads.emplace_back([&, i] {
-      ForwardBatcher::Membership membership(batcher);
-      joined.arrive_and_wait();
-      GenerationConfig config;
-      config.max_tokens = cases[i].max_tokens;
-      DecodeSetup setup;
-      setup.batcher = &batcher;
-      setup.options.mode = DecodeMode::dspark;
-      setup.cap_policy = caps;
-      setup.drafter = [&, i] {
-        return testing::make_drafter(cases[i].drafter, full[i], model->vocab_size(), 77, 7);
-      };
-      ModelState state = model->new_state();
-      results[i] = run_generation(
-          *model, cases[i].prompt, state, config, setup, [](const CommittedToken&) { return true; },
-          &stats[i]);
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
+  run_together(batcher, cases.size(), [&](size_t i) {
+    GenerationConfig config;
+    config.max_tokens = cases[i].max_tokens;
+    DecodeSetup setup;
+    setup.batcher = &batcher;
+    setup.options.mode = DecodeMode::dspark;
+    setup.cap_policy = caps;
+    setup.drafter = [&, i] {
+      return testing::make_drafter(cases[i].drafter, full[i], model->vocab_size(), 77, 7);
+    };
+    ModelState state = model->new_state();
+    results[i] = run_generation(
+        *model, cases[i].prompt, state, config, setup, [](const CommittedToken&) { return true; },
+        &stats[i]);
+  });
   double confident = 0.0, doubtful = 0.0;  // the most drafts per target step of each kind
   for (size_t i = 0; i < cases.size(); ++i) {
     const std::vector<int32_t> plain(full[i].begin() + cases[i].prompt.size(), full[i].end());
@@ -269,20 +269,13 @@ TEST(LookupPreStepDefaultModel, ItsPolicyCapsTheLookupDraftsUnderLoad) {
   EXPECT_EQ(alone.most_load, 0) << "alone, nothing reports a load";
 
   ForwardBatcher batcher(*model, std::chrono::seconds(30));
-  LookupRecord first, second;
+  LookupRecord records[2];
   SpeculativeStats stats;
-  std::latch joined(2);
-  std::thread other([&] {
-    ForwardBatcher::Membership membership(batcher);
-    joined.arrive_and_wait();
-    run(2, &batcher, second);
+  run_together(batcher, 2, [&](size_t i) {
+    const SpeculativeStats mine = run(2, &batcher, records[i]);
+    if (i == 0) stats = mine;
   });
-  {
-    ForwardBatcher::Membership membership(batcher);
-    joined.arrive_and_wait();
-    stats = run(2, &batcher, first);
-  }
-  other.join();
+  const LookupRecord& first = records[0];
   EXPECT_GT(stats.lookup_rounds, 0);
   EXPECT_EQ(first.verified, stats.lookup_rounds);
   EXPECT_EQ(first.most_drafted, 2);

@@ -7,17 +7,12 @@
 #include <algorithm>
 #include <random>
 
+#include "test_curves.h"
+
 namespace dspark {
 namespace {
 
-CostCurves curves_of(std::vector<double> verify, std::vector<double> drafter = {},
-                     double overhead = 0.0) {
-  CostCurves curves;
-  curves.verify_ms = std::move(verify);
-  curves.drafter_ms = std::move(drafter);
-  curves.overhead_ms = overhead;
-  return curves;
-}
+using testing::curves_of;
 
 TEST(CostCurves, InterpolatesAndExtrapolatesTheLastSegment) {
   const CostCurves curves = curves_of({10, 12, 20}, {1, 3});

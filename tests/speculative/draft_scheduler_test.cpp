@@ -5,18 +5,12 @@
 #include <gtest/gtest.h>
 
 #include "base/error.h"
+#include "test_curves.h"
 
 namespace dspark {
 namespace {
 
-CostCurves curves_of(std::vector<double> verify, std::vector<double> drafter = {},
-                     double overhead = 0.0) {
-  CostCurves curves;
-  curves.verify_ms = std::move(verify);
-  curves.drafter_ms = std::move(drafter);
-  curves.overhead_ms = overhead;
-  return curves;
-}
+using testing::curves_of;
 
 DraftCandidate geometric(double p, int max_cap, int64_t context = 512) {
   DraftCandidate candidate;

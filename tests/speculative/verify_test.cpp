@@ -270,37 +270,70 @@ ChiSquare chi_square(const std::map<std::pair<int32_t, int32_t>, double>& expect
   return fit;
 }
 
-TEST(LosslessSampling, FirstTwoTokensFollowTheTargetWithAWrongDrafter) {
-  testing::TinyCheckpoint checkpoint(57);
-  testing::fill_nemotron(checkpoint, "M*E");
-  auto model = load_model(checkpoint.write());
-  const int64_t vocab = model->vocab_size();
-  SamplingParams sampling;
-  sampling.temperature = 0.8f;
-  sampling.top_k = 6;
-  const std::vector<int32_t> prompt = {3, 14, 15, 92, 65};
-
-  // The exact joint distribution of the first two tokens under plain sampling.
-  ModelState state = model->new_state();
+// The exact joint distribution of the first two tokens after `prompt` under plain sampling.
+std::map<std::pair<int32_t, int32_t>, double> first_two_tokens(const Model& model,
+                                                               const SamplingParams& sampling,
+                                                               const std::vector<int32_t>& prompt) {
+  const int64_t vocab = model.vocab_size();
+  ModelState state = model.new_state();
   ForwardOutput out;
-  model->forward(prompt.data(), prompt.size(), state, {4}, {}, out);
+  model.forward(prompt.data(), prompt.size(), state, {static_cast<int64_t>(prompt.size()) - 1}, {},
+                out);
   const TokenDistribution first = target_distribution(sampling, out.logits.data(), vocab);
   const StateSnapshot after_prompt = state.snapshot();
   std::map<std::pair<int32_t, int32_t>, double> expected;
   for (size_t a = 0; a < first.ids.size(); ++a) {
     state.restore(after_prompt);
-    model->forward(&first.ids[a], 1, state, {0}, {}, out);
+    model.forward(&first.ids[a], 1, state, {0}, {}, out);
     const TokenDistribution second = target_distribution(sampling, out.logits.data(), vocab);
     for (size_t b = 0; b < second.ids.size(); ++b) {
       expected[{first.ids[a], second.ids[b]}] = double(first.probs[a]) * second.probs[b];
     }
   }
+  return expected;
+}
 
-  // Speculative samples: the prompt minus its last token is restored each time, so every sample
-  // is one prompt token, then one round with up to 3 drafts from the skewed drafter.
-  ModelState base = model->new_state();
-  model->forward(prompt.data(), prompt.size() - 1, base, {}, {}, out);
-  const StateSnapshot prefix = base.snapshot();
+// The state of the prompt minus its last token: each sample restores it, so every sample is one
+// prompt token, then the rounds under test.
+StateSnapshot prompt_prefix(const Model& model, const std::vector<int32_t>& prompt) {
+  ModelState base = model.new_state();
+  ForwardOutput out;
+  model.forward(prompt.data(), prompt.size() - 1, base, {}, {}, out);
+  return base.snapshot();
+}
+
+// A tiny nemotron_h sampled at T = 0.8, top-k 6 after a fixed prompt, and the exact joint
+// distribution of the first two tokens there.
+class LosslessSampling : public ::testing::Test {
+ protected:
+  LosslessSampling()
+      : model(load_model(written(checkpoint))),
+        vocab(model->vocab_size()),
+        sampling(sampling_params()),
+        expected(first_two_tokens(*model, sampling, prompt)) {}
+
+  static std::string written(testing::TinyCheckpoint& checkpoint) {
+    testing::fill_nemotron(checkpoint, "M*E");
+    return checkpoint.write();
+  }
+  static SamplingParams sampling_params() {
+    SamplingParams sampling;
+    sampling.temperature = 0.8f;
+    sampling.top_k = 6;
+    return sampling;
+  }
+
+  testing::TinyCheckpoint checkpoint{57};
+  const std::vector<int32_t> prompt = {3, 14, 15, 92, 65};
+  std::unique_ptr<Model> model;
+  int64_t vocab;
+  SamplingParams sampling;
+  std::map<std::pair<int32_t, int32_t>, double> expected;
+};
+
+TEST_F(LosslessSampling, FirstTwoTokensFollowTheTargetWithAWrongDrafter) {
+  // Speculative samples: one round with up to 3 drafts from the skewed drafter.
+  const StateSnapshot prefix = prompt_prefix(*model, prompt);
   SkewedDrafter drafter(vocab);
   FixedCap cap(3);
   SpeculativeGenerator generator(*model, drafter, cap);
@@ -331,33 +364,8 @@ TEST(LosslessSampling, FirstTwoTokensFollowTheTargetWithAWrongDrafter) {
 // from one draft scheduler (the derived cap of make_cap_policy_factory), so each round's cap
 // depends on how many generations share the step and on their acceptance. The first two tokens
 // still follow the target's distribution.
-TEST(LosslessSampling, FirstTwoTokensFollowTheTargetUnderScheduledLoad) {
-  testing::TinyCheckpoint checkpoint(57);
-  testing::fill_nemotron(checkpoint, "M*E");
-  auto model = load_model(checkpoint.write());
-  const int64_t vocab = model->vocab_size();
-  SamplingParams sampling;
-  sampling.temperature = 0.8f;
-  sampling.top_k = 6;
-  const std::vector<int32_t> prompt = {3, 14, 15, 92, 65};
-
-  ModelState state = model->new_state();
-  ForwardOutput out;
-  model->forward(prompt.data(), prompt.size(), state, {4}, {}, out);
-  const TokenDistribution first = target_distribution(sampling, out.logits.data(), vocab);
-  const StateSnapshot after_prompt = state.snapshot();
-  std::map<std::pair<int32_t, int32_t>, double> expected;
-  for (size_t a = 0; a < first.ids.size(); ++a) {
-    state.restore(after_prompt);
-    model->forward(&first.ids[a], 1, state, {0}, {}, out);
-    const TokenDistribution second = target_distribution(sampling, out.logits.data(), vocab);
-    for (size_t b = 0; b < second.ids.size(); ++b) {
-      expected[{first.ids[a], second.ids[b]}] = double(first.probs[a]) * second.probs[b];
-    }
-  }
-  ModelState base = model->new_state();
-  model->forward(prompt.data(), prompt.size() - 1, base, {}, {}, out);
-  const StateSnapshot prefix = base.snapshot();
+TEST_F(LosslessSampling, FirstTwoTokensFollowTheTargetUnderScheduledLoad) {
+  const StateSnapshot prefix = prompt_prefix(*model, prompt);
 
   // Rows up to width 10 are free, then each costs a tenth of a step: at the prior the allocation
   // gives 4 members caps 2, 2, 1, 1, three members 3, 2, 2, two members 4 each.
@@ -366,7 +374,7 @@ TEST(LosslessSampling, FirstTwoTokensFollowTheTargetUnderScheduledLoad) {
   DecodeSetup setup;
   setup.options.mode = DecodeMode::dspark;
   setup.cap_policy = make_cap_policy_factory(curves, 4, false);
-  setup.drafter = [vocab] { return std::make_unique<SkewedDrafter>(vocab); };
+  setup.drafter = [vocab = vocab] { return std::make_unique<SkewedDrafter>(vocab); };
   ForwardBatcher batcher(*model, std::chrono::seconds(30));
   setup.batcher = &batcher;
 
@@ -848,9 +856,7 @@ TEST(ConstrainedDecoding, SampledTokensFollowTheRestrictedDistribution) {
     }
   }
 
-  ModelState base = model->new_state();
-  model->forward(prompt.data(), prompt.size() - 1, base, {}, {}, out);
-  const StateSnapshot prefix = base.snapshot();
+  const StateSnapshot prefix = prompt_prefix(*model, prompt);
   RandomDrafter drafter(vocab, 5);
   FixedCap cap(3);
   SpeculativeGenerator generator(*model, drafter, cap);
