@@ -34,7 +34,7 @@ def series(curve):
 
 
 def priced(values, x):
-    """docs/speculative.md §16.5: piecewise-linear between the measured points; beyond them the
+    """docs/speculative.md §16.2: piecewise-linear between the measured points; beyond them the
     least-squares slope of the upper half of the points (at least two) continues the curve."""
     if x <= len(values):
         return values[max(x, 1) - 1]
@@ -47,7 +47,7 @@ def priced(values, x):
 
 def is_derived_cap(cap, calibration, sequences):
     """The derived cap is the argmax over C of B·E[committed(C)] per step millisecond at the prior
-    p = 0.7, B generations each drafting C and verifying C + 1 rows in one step (§16.5; the run's
+    p = 0.7, B generations each drafting C and verifying C + 1 rows in one step (§16.5, §17; the run's
     context is the reference one, so no depth term). A near-tie may go either way in floating
     point, so the cap's rate must be the best to 1e-9."""
     verify = series(calibration["verify"])
