@@ -9,7 +9,8 @@
 // Prefill runs the prompt through the target and feeds its taps to the drafter; pending is the
 // target's argmax. Each round proposes greedily, records the drafts and logits, then commits
 // [pending, first accept[round % len] drafts] through the target (feeding their taps) and takes
-// the target's argmax after them as the next pending token. OUT.json holds every fed row
+// the target's argmax after them as the next pending token ("one_row_at_a_time": true feeds each
+// forward's rows to the drafter in separate calls). OUT.json holds every fed row
 // ("fed_taps", flat [rows, n_taps * hidden]) and per round the position, pending token, drafts,
 // logits (flat [drafts, vocab]) and confidences. With "generate", OUT.json also holds
 // "plain" and "speculative": the tokens of run_generation in baseline mode and with the drafter
@@ -52,10 +53,18 @@ int run(const std::string& script_path, const std::string& out_path) {
   ForwardOutput output;
   nlohmann::json result;
   std::vector<float> fed;
+  const bool one_row_at_a_time = script.value("one_row_at_a_time", false);
   auto run_target = [&](const std::vector<int32_t>& rows) {
     const int64_t n = static_cast<int64_t>(rows.size());
     target->forward(rows.data(), n, state, {n - 1}, taps, output);
-    drafter->on_target_rows(rows.data(), n, output.taps.data());
+    if (one_row_at_a_time) {
+      const int64_t width = static_cast<int64_t>(taps.size()) * target->hidden_size();
+      for (int64_t i = 0; i < n; ++i) {
+        drafter->on_target_rows(rows.data() + i, 1, output.taps.data() + i * width);
+      }
+    } else {
+      drafter->on_target_rows(rows.data(), n, output.taps.data());
+    }
     fed.insert(fed.end(), output.taps.begin(), output.taps.end());
     committed.push_back(argmax(output.logits.data(), target->vocab_size()));
   };
