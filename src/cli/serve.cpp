@@ -25,7 +25,6 @@
 #include "model/memory_fit.h"
 #include "server/server.h"
 #include "speculative/calibration.h"
-#include "speculative/cap.h"
 
 namespace dspark::cli {
 namespace {
@@ -180,13 +179,12 @@ void run_serve(const ServeOptions& options) {
         CalibrationOptions calibration;
         calibration.mode = "lookup";
         calibration.target_name = bundle->name;
-        try {
-          loaded.decode.cap_policy = make_lookup_cap_policy_factory(
-              calibrate(*bundle->model, DrafterFactory{}, calibration).curves);
-          explanation += "; lookup drafts capped under load by the measured verify costs";
-        } catch (const Error& e) {
-          explanation += fmt::format("; calibration failed ({}), lookup drafts uncapped", e.what());
-        }
+        const CalibratedCaps caps = calibrated_lookup_cap_policy(*bundle->model, calibration);
+        loaded.decode.cap_policy = caps.policy;
+        explanation +=
+            caps.error.empty()
+                ? "; lookup drafts capped under load by the measured verify costs"
+                : fmt::format("; calibration failed ({}), lookup drafts uncapped", caps.error);
       }
       fmt::print(stderr, "dspark serve: model {} ({}) ready, {} slot{}, {}\n", bundle->name,
                  bundle->model->architecture(), loaded.parallel, loaded.parallel == 1 ? "" : "s",

@@ -318,6 +318,20 @@ CalibratedCaps calibrated_cap_policy(const Model& target, const DrafterFactory& 
   return caps;
 }
 
+CalibratedCaps calibrated_lookup_cap_policy(const Model& target,
+                                            const CalibrationOptions& options) {
+  CalibratedCaps caps;
+  CostCurves curves;
+  try {
+    curves = calibrate(target, DrafterFactory{}, options).curves;
+  } catch (const Error& e) {
+    caps.error = e.what();
+  }
+  caps.policy = make_lookup_cap_policy_factory(std::move(curves));
+  caps.lookup_policy = caps.policy;
+  return caps;
+}
+
 nlohmann::json cost_curves_json(const CostCurves& curves) {
   nlohmann::json out;
   out["verify"] = series_json(curves.verify_ms);

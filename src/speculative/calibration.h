@@ -64,6 +64,9 @@ struct CalibratedCaps {
 CalibratedCaps calibrated_cap_policy(const Model& target, const DrafterFactory& drafter,
                                      const CalibrationOptions& options, int max_cap,
                                      bool allow_parking);
+// Standalone lookup's: LookupLoadCap over the target's measured verify costs (its ceiling alone;
+// capped under load); `policy` (and `lookup_policy`) a fixed ceiling when calibration fails.
+CalibratedCaps calibrated_lookup_cap_policy(const Model& target, const CalibrationOptions& options);
 
 nlohmann::json cost_curves_json(const CostCurves& curves);
 // Throws naming `source` when a field is missing or malformed.

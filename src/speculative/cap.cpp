@@ -307,8 +307,7 @@ int LookupLoadCap::current_cap() const {
 }
 
 void LookupLoadCap::on_verified(int drafted, int accepted) {
-  accepted_ += accepted;
-  if (accepted < drafted) rejected_ += 1.0;
+  acceptance_.observe(drafted, accepted);
 }
 
 CapPolicyFactory make_lookup_cap_policy_factory(CostCurves curves) {

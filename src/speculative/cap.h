@@ -57,6 +57,31 @@ double round_rate(const CostCurves& curves, int cap, double p, int64_t context);
 // The prior acceptance the derived cap assumes without measurements (§16.3).
 constexpr double kDerivedCapPrior = 0.70;
 
+// The continuation probability p of a geometric run of accepted drafts, from a round's evidence:
+// accepted drafts over accepted drafts plus rejections (a fully accepted round is censored: no
+// rejection), starting from `prior` worth four rounds.
+class ContinuationEstimate {
+ public:
+  explicit ContinuationEstimate(double prior)
+      : prior_(prior), accepted_(kPriorRounds * prior), rejected_(kPriorRounds * (1 - prior)) {}
+  void observe(int drafted, int accepted) {
+    accepted_ += accepted;
+    if (accepted < drafted) rejected_ += 1.0;
+  }
+  // Moves the evidence the fraction `rate` of the way back to the prior's.
+  void relax(double rate) {
+    accepted_ += rate * (kPriorRounds * prior_ - accepted_);
+    rejected_ += rate * (kPriorRounds * (1 - prior_) - rejected_);
+  }
+  double value() const { return accepted_ / (accepted_ + rejected_); }
+
+ private:
+  static constexpr double kPriorRounds = 4.0;
+  double prior_;
+  double accepted_;
+  double rejected_;
+};
+
 // argmax over C in 0..max_cap of round_rate (ties go to the smaller cap). 0 means plain decoding:
 // on these costs no cap pays at the assumed acceptance. Under load (`sequences` generations
 // sharing each step, all offering C drafts) the rate is the step's: sequences · E[committed] over
@@ -159,15 +184,14 @@ class LookupLoadCap : public CapPolicy {
   void on_context(int64_t tokens) override { context_ = tokens; }
   void on_load(int sequences) override { load_ = std::max(sequences, 1); }
   void on_verified(int drafted, int accepted) override;
-  double acceptance() const { return accepted_ / (accepted_ + rejected_); }
+  double acceptance() const { return acceptance_.value(); }
 
  private:
   CostCurves curves_;
   int ceiling_;
   int load_ = 1;
   int64_t context_ = 0;
-  double accepted_ = 2.0;  // the prior: p = 0.5 over four rounds' worth of evidence
-  double rejected_ = 2.0;
+  ContinuationEstimate acceptance_{0.5};
 };
 // LookupLoadCap for lookup generations; a FixedCap of the lookup's ceiling without curves.
 CapPolicyFactory make_lookup_cap_policy_factory(CostCurves curves);

@@ -6,11 +6,6 @@
 #include "base/error.h"
 
 namespace dspark {
-namespace {
-
-constexpr double kPriorRounds = 4.0;
-
-}  // namespace
 
 DraftAllocation allocate_drafts(const CostCurves& curves,
                                 const std::vector<DraftCandidate>& candidates,
@@ -104,10 +99,7 @@ int DraftScheduler::cap_for(int member, int sequences) const {
 }
 
 DerivedCap::DerivedCap(std::shared_ptr<DraftScheduler> scheduler)
-    : scheduler_(std::move(scheduler)),
-      member_(scheduler_->join()),
-      accepted_(kPriorRounds * kDerivedCapPrior),
-      rejected_(kPriorRounds * (1 - kDerivedCapPrior)) {}
+    : scheduler_(std::move(scheduler)), member_(scheduler_->join()) {}
 
 DerivedCap::~DerivedCap() {
   scheduler_->leave(member_);
@@ -120,9 +112,7 @@ int DerivedCap::current_cap() const {
 int DerivedCap::cap_for_round() {
   const int cap = current_cap();
   if (cap == 0) {
-    constexpr double kKeep = 0.998;
-    accepted_ = kKeep * accepted_ + (1 - kKeep) * kPriorRounds * kDerivedCapPrior;
-    rejected_ = kKeep * rejected_ + (1 - kKeep) * kPriorRounds * (1 - kDerivedCapPrior);
+    acceptance_.relax(0.002);
     scheduler_->post(member_, acceptance(), context_);
   }
   return cap;
@@ -136,9 +126,7 @@ void DerivedCap::on_context(int64_t tokens) {
 void DerivedCap::on_round(int cap_used, int accepted, double seconds, int committed) {
   (void)seconds, (void)committed;
   if (cap_used < 1) return;
-  accepted_ += accepted;
-  // A fully accepted round says nothing about the draft after it (censored): no rejection.
-  if (accepted < cap_used) rejected_ += 1.0;
+  acceptance_.observe(cap_used, accepted);
   scheduler_->post(member_, acceptance(), context_);
 }
 

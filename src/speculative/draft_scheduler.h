@@ -87,15 +87,14 @@ class DerivedCap : public CapPolicy {
   void on_load(int sequences) override { sequences_ = std::max(sequences, 1); }
   void on_context(int64_t tokens) override;
   void on_round(int cap_used, int accepted, double seconds, int committed) override;
-  double acceptance() const { return accepted_ / (accepted_ + rejected_); }
+  double acceptance() const { return acceptance_.value(); }
 
  private:
   std::shared_ptr<DraftScheduler> scheduler_;
   int member_;
   int sequences_ = 1;
   int64_t context_ = 512;
-  double accepted_;
-  double rejected_;
+  ContinuationEstimate acceptance_{kDerivedCapPrior};
 };
 
 }  // namespace dspark
