@@ -8,7 +8,8 @@
 // numerics/<shape>/<fp32|int8>/m<M>: both numerics side by side at m = 1, 8, 16 on 2 threads,
 // with GMACps (weight-activation products per second) beside the GB/s. peak_int8_macs: the
 // vpmaddubsw + vpmaddwd rate one core sustains (the int8 kernels' compute floor, 32 products per
-// pair), as GMACps.
+// pair), as GMACps; peak_vnni_macs: the same for zmm vpdpbusd (64 products per instruction), on
+// CPUs with AVX-512 VNNI.
 //
 //   quant_bench [--benchmark_min_time=0.2s] [--benchmark_repetitions=N]
 //   quant_bench --benchmark_filter='numerics|peak' --benchmark_repetitions=3
@@ -253,10 +254,40 @@ __attribute__((target("avx2"))) void peak_int8_macs(benchmark::State& state) {
       32.0 * kChains * kSteps * static_cast<double>(state.iterations()) / seconds / 1e9;
 }
 
+// 12 independent chains of zmm vpdpbusd, 64 products per step: the AVX-512 VNNI kernel's
+// multiply rate on one core.
+__attribute__((target("avx512f,avx512vnni"))) void peak_vnni_macs(benchmark::State& state) {
+  constexpr int kChains = 12;
+  constexpr int64_t kSteps = 4096;
+  __m512i acc[kChains];
+  __m512i codes[kChains];
+  for (int c = 0; c < kChains; ++c) {
+    acc[c] = _mm512_setzero_si512();
+    codes[c] = _mm512_set1_epi8(static_cast<char>(c + 1));
+  }
+  const __m512i x = _mm512_set1_epi8(3);
+  const double start = dspark::now_seconds();
+  for (auto _ : state) {
+    for (int64_t step = 0; step < kSteps; ++step) {
+#pragma GCC unroll 12
+      for (int c = 0; c < kChains; ++c) acc[c] = _mm512_dpbusd_epi32(acc[c], codes[c], x);
+    }
+    for (int c = 0; c < kChains; ++c) benchmark::DoNotOptimize(acc[c]);
+  }
+  const double seconds = dspark::now_seconds() - start;
+  state.counters["GMACps"] =
+      64.0 * kChains * kSteps * static_cast<double>(state.iterations()) / seconds / 1e9;
+}
+
 void register_benchmarks() {
   register_numerics_benchmarks();
   if (dspark::cpu_features().avx2) {
     benchmark::RegisterBenchmark("peak_int8_macs/threads:1", peak_int8_macs)
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
+  }
+  if (dspark::cpu_features().avx512vnni) {
+    benchmark::RegisterBenchmark("peak_vnni_macs/threads:1", peak_vnni_macs)
         ->UseRealTime()
         ->Unit(benchmark::kMicrosecond);
   }

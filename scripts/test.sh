@@ -48,6 +48,7 @@ cpu_isas() {
   flags="$(grep -m1 '^flags' /proc/cpuinfo)"
   has() { [[ " $flags " == *" $1 "* ]]; }
   if has avx512f && has avx512bw && has avx512vl && has avx512dq && has fma && has f16c; then
+    if has avx512_vnni; then echo avx512vnni; fi
     echo avx512
   fi
   if has avx2 && has fma && has f16c; then echo avx2; fi

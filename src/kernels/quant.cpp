@@ -62,6 +62,8 @@ bool isa_supported(Isa isa) {
       return cpu.avx2 && cpu.fma && cpu.f16c;
     case Isa::avx512:
       return cpu.avx512f && cpu.avx512bw && cpu.avx512vl && cpu.avx512dq && cpu.fma && cpu.f16c;
+    case Isa::avx512vnni:
+      return isa_supported(Isa::avx512) && cpu.avx512vnni;
   }
   return false;
 }
@@ -73,14 +75,15 @@ void check_isa(Isa isa) {
 Isa detect_best_isa() {
   if (const char* requested = std::getenv("DSPARK_ISA"); requested != nullptr && *requested) {
     const std::string_view name(requested);
-    for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) {
+    for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512vnni}) {
       if (name == isa_name(isa)) {
         check_isa(isa);
         return isa;
       }
     }
-    fail("DSPARK_ISA={} is not one of scalar, avx2, avx512", name);
+    fail("DSPARK_ISA={} is not one of scalar, avx2, avx512, avx512vnni", name);
   }
+  if (isa_supported(Isa::avx512vnni)) return Isa::avx512vnni;
   if (isa_supported(Isa::avx512)) return Isa::avx512;
   if (isa_supported(Isa::avx2)) return Isa::avx2;
   return Isa::scalar;
@@ -355,6 +358,8 @@ void convert_in_parallel(int64_t n, Convert convert) {
 namespace cpu {
 const KernelTable& kernel_table(Isa isa) {
   switch (isa) {
+    case Isa::avx512vnni:
+      return kAvx512VnniKernels;
     case Isa::avx512:
       return kAvx512Kernels;
     case Isa::avx2:
@@ -391,6 +396,8 @@ const char* isa_name(Isa isa) {
       return "avx2";
     case Isa::avx512:
       return "avx512";
+    case Isa::avx512vnni:
+      return "avx512vnni";
   }
   return "?";
 }

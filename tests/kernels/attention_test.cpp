@@ -57,6 +57,7 @@ struct Cache {
 bool supported(Isa isa) {
   const CpuFeatures& cpu = cpu_features();
   switch (isa) {
+    case Isa::avx512vnni:
     case Isa::avx512:
       return cpu.avx512f && cpu.avx512dq && cpu.fma;
     case Isa::avx2:

@@ -252,8 +252,9 @@ class QuantInt8BlockingTest : public ::testing::TestWithParam<BlockingParams> {}
 TEST_P(QuantInt8BlockingTest, EveryBatchSizeEqualsRowsAloneOnEveryIsa) {
   const auto [bits, group] = GetParam();
   const DType dtype = bits % 2 == 0 ? DType::BF16 : DType::F16;
-  // 13 output rows: a full tile of 8 and a tail of 5; 2 experts, the second used.
-  const auto matrix = make_quant_matrix(bits, group, dtype, 2, 13, 3 * group, 41);
+  // 21 output rows: full tiles (two of 8 rows, one of 16) and a tail of 5; 2 experts, the second
+  // used.
+  const auto matrix = make_quant_matrix(bits, group, dtype, 2, 21, 3 * group, 41);
   check_batches(matrix.w, 1, 42);
 }
 

@@ -302,6 +302,7 @@ TEST(QuantIsa, NamesAndDetection) {
   EXPECT_STREQ(isa_name(Isa::scalar), "scalar");
   EXPECT_STREQ(isa_name(Isa::avx2), "avx2");
   EXPECT_STREQ(isa_name(Isa::avx512), "avx512");
+  EXPECT_STREQ(isa_name(Isa::avx512vnni), "avx512vnni");
   const auto isas = supported_isas();
   bool best_is_supported = false;
   for (Isa isa : isas) best_is_supported |= isa == best_isa();

@@ -139,6 +139,7 @@ inline std::vector<Isa> supported_isas() {
   if (cpu.avx2 && cpu.fma && cpu.f16c) isas.push_back(Isa::avx2);
   if (cpu.avx512f && cpu.avx512bw && cpu.avx512vl && cpu.avx512dq && cpu.fma && cpu.f16c) {
     isas.push_back(Isa::avx512);
+    if (cpu.avx512vnni) isas.push_back(Isa::avx512vnni);
   }
   return isas;
 }

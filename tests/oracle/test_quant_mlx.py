@@ -32,6 +32,8 @@ def cpu_isas():
         isas.append("avx2")
     if {"avx512f", "avx512bw", "avx512vl", "avx512dq", "fma", "f16c"} <= set(flags):
         isas.append("avx512")
+        if "avx512_vnni" in flags:
+            isas.append("avx512vnni")
     return isas
 
 

@@ -27,6 +27,7 @@ using BlockKernel = void (*)(const cpu::AttentionBlock&);
 BlockKernel block_kernel(Isa isa) {
   const CpuFeatures& cpu = cpu_features();
   switch (isa) {
+    case Isa::avx512vnni:
     case Isa::avx512:
       if (!(cpu.avx512f && cpu.avx512dq && cpu.fma)) break;
       return cpu::attend_block_avx512;

@@ -1,0 +1,360 @@
+// AVX-512 VNNI kernels of the int8 numerics (quant_impl.h): quantized products as exact integer
+// dot products with vpdpbusd, 16 output rows per tile in the 16 lanes of a zmm register, each lane
+// running the canonical float sequence of one (activation row, output row).
+//
+// vpdpbusd multiplies unsigned bytes by signed bytes and adds each 4 products to an int32 lane
+// without saturation (4·255·127 fits easily), so codes of every width, 8 bits included, are
+// unpacked to bytes and multiplied the same way.
+//
+// A tile's codes are interleaved: step s of a block of 32 inputs is one vector whose dword r holds
+// row r's codes of slots 4s .. 4s+3, so that vpdpbusd by those slots' activations (one dword
+// broadcast to every lane) adds to each row's sum in the row's own lane, with no horizontal sums.
+// A single activation row (decode) multiplies each block's steps as they are made; several rows
+// (verify, prefill) unpack a chunk of 8 groups once into an L1 buffer and reuse it for every
+// activation row of a block of up to 64, so that an extra activation row costs 8 vpdpbusd per 16
+// rows and 32 inputs.
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/cpu/avx512/intrinsics.h"
+#include "kernels/cpu/quant_impl.h"
+#include "kernels/cpu/unaligned_loads.h"
+#include "tensor/dtype.h"
+
+namespace dspark::kernels::cpu {
+namespace {
+
+constexpr int kTileRows = 16;
+// A tile works through its rows in chunks of 8 groups: the chunk's scales and biases are loaded
+// together (a 16 x 8 transpose) and, with several activation rows, its codes unpacked once.
+constexpr int64_t kChunkGroups = 8;
+// Activation rows whose accumulators a tile keeps while it passes over its weights once. A larger
+// batch (prefill) passes over the weights once per block, with the block's activations in L2.
+constexpr int64_t kActivationBlockRows = 64;
+// Dwords of 4 codes in a block of 32.
+constexpr int kSteps = 8;
+
+uint64_t load_u64(const uint8_t* p) {
+  uint64_t value;
+  std::memcpy(&value, p, 8);
+  return value;
+}
+
+// 3, 5 and 6 bits: codes 0-15 of a block span the 2·Bits bytes at p and codes 16-31 the 2·Bits
+// bytes after them; each is broadcast to two 128-bit lanes, so that lane L serves codes
+// 8L .. 8L+7. Word k of lane L gathers the two bytes holding its code, and a variable shift drops
+// the code's bit offset.
+template <int Bits>
+struct WordCodeTables {
+  alignas(64) uint8_t pair_index[64];
+  alignas(64) uint16_t shifts[32];
+};
+
+template <int Bits>
+constexpr WordCodeTables<Bits> make_word_code_tables() {
+  WordCodeTables<Bits> tables{};
+  for (int code = 0; code < 32; ++code) {
+    const int in_half = code % 16;
+    const int byte = in_half * Bits / 8;
+    tables.pair_index[2 * code] = static_cast<uint8_t>(byte);
+    tables.pair_index[2 * code + 1] = static_cast<uint8_t>(byte + 1);
+    tables.shifts[code] = static_cast<uint16_t>(in_half * Bits % 8);
+  }
+  return tables;
+}
+
+template <int Bits>
+constexpr WordCodeTables<Bits> kWordCodes = make_word_code_tables<Bits>();
+
+// One row's block of 32 codes as 32 bytes in slot order, reading exactly the block's 4·Bits
+// bytes. The slot order is the element order except: 2 bits, slot 8k + i holds element 4i + k;
+// 4 bits, slot j < 16 holds element 2j and slot 16 + j element 2j + 1. It is the order of
+// quantize_activations_avx2, which prepares this table's activations.
+template <int Bits>
+__m256i unpack_row_block(const uint8_t* p) {
+  if constexpr (Bits == 2) {
+    const __m256i word = _mm256_set1_epi64x(static_cast<int64_t>(load_u64(p)));
+    return _mm256_and_si256(_mm256_srlv_epi64(word, _mm256_setr_epi64x(0, 2, 4, 6)),
+                            _mm256_set1_epi8(3));
+  } else if constexpr (Bits == 4) {
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(bytes, 4), bytes),
+                            _mm256_set1_epi8(15));
+  } else if constexpr (Bits == 8) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  } else {
+    constexpr auto kHalfMask = static_cast<__mmask16>((1u << (2 * Bits)) - 1);
+    const __m256i first = _mm256_broadcastsi128_si256(_mm_maskz_loadu_epi8(kHalfMask, p));
+    const __m256i second =
+        _mm256_broadcastsi128_si256(_mm_maskz_loadu_epi8(kHalfMask, p + 2 * Bits));
+    const __m512i bytes = _mm512_inserti64x4(_mm512_castsi256_si512(first), second, 1);
+    const __m512i pairs = _mm512_shuffle_epi8(bytes, _mm512_load_si512(kWordCodes<Bits>.pair_index));
+    const __m512i words = _mm512_and_si512(
+        _mm512_srlv_epi16(pairs, _mm512_load_si512(kWordCodes<Bits>.shifts)),
+        _mm512_set1_epi16((1 << Bits) - 1));
+    return _mm512_cvtepi16_epi8(words);
+  }
+}
+
+// steps[s] dword r = rows[r] dword s, for 16 rows of 8 dwords: rows r and r + 8 share a vector,
+// and each 256-bit half goes through an 8 x 8 transpose.
+__attribute__((always_inline)) inline void interleave16(const __m256i* rows, __m512i* steps) {
+  __m512i z[8], t[8], u[8];
+#pragma GCC unroll 8
+  for (int r = 0; r < 8; ++r) {
+    z[r] = _mm512_inserti64x4(_mm512_castsi256_si512(rows[r]), rows[r + 8], 1);
+  }
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    t[2 * k] = _mm512_unpacklo_epi32(z[2 * k], z[2 * k + 1]);
+    t[2 * k + 1] = _mm512_unpackhi_epi32(z[2 * k], z[2 * k + 1]);
+  }
+  // u[4h + c], 128-bit lanes: rows 4h .. 4h+3 of dword c, the same rows of dword c + 4, rows
+  // 8+4h .. 8+4h+3 of dword c, and of dword c + 4.
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    u[4 * h] = _mm512_unpacklo_epi64(t[4 * h], t[4 * h + 2]);
+    u[4 * h + 1] = _mm512_unpackhi_epi64(t[4 * h], t[4 * h + 2]);
+    u[4 * h + 2] = _mm512_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
+    u[4 * h + 3] = _mm512_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
+  }
+  const __m512i low_lanes = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
+  const __m512i high_lanes = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {
+    steps[c] = _mm512_permutex2var_epi64(u[c], low_lanes, u[4 + c]);
+    steps[c + 4] = _mm512_permutex2var_epi64(u[c], high_lanes, u[4 + c]);
+  }
+}
+
+// The 16 rows' block at packed[r] + offset, unpacked and interleaved.
+template <int Bits>
+__attribute__((always_inline)) inline void unpack_interleaved(const uint8_t* const* packed,
+                                                              int64_t offset, __m512i* steps) {
+  __m256i rows[kTileRows];
+#pragma GCC unroll 16
+  for (int r = 0; r < kTileRows; ++r) rows[r] = unpack_row_block<Bits>(packed[r] + offset);
+  interleave16(rows, steps);
+}
+
+// The 16 rows' exact sums Σ q·x8 over one block, from its interleaved steps.
+__attribute__((always_inline)) inline __m512i block_sums(const __m512i* steps, const int8_t* x8) {
+  const auto* bytes = reinterpret_cast<const uint8_t*>(x8);
+  __m512i sums[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+#pragma GCC unroll 8
+  for (int s = 0; s < kSteps; ++s) {
+    const __m512i x = _mm512_set1_epi32(static_cast<int>(load_u32(bytes + 4 * s)));
+    sums[s % 2] = _mm512_dpbusd_epi32(sums[s % 2], steps[s], x);
+  }
+  return _mm512_add_epi32(sums[0], sums[1]);
+}
+
+// scales[g][r] (biases[g][r]) = row r's value of group chunk_first[r] + g as fp32, for g < count
+// (count <= 8; later groups are zero). Masked loads read only the values that exist.
+template <DType D>
+void load_tile_values(const uint8_t* scale_base, const uint8_t* bias_base,
+                      const int64_t* chunk_first, int64_t count, float (*scales)[kTileRows],
+                      float (*biases)[kTileRows]) {
+  const uint8_t* bases[2] = {scale_base, bias_base};
+  float(*outputs[2])[kTileRows] = {scales, biases};
+  const auto mask = static_cast<__mmask8>((1u << count) - 1);
+  for (int which = 0; which < 2; ++which) {
+    const uint8_t* base = bases[which];
+    float(*out)[kTileRows] = outputs[which];
+    if constexpr (D == DType::F32) {
+      __m256i rows[kTileRows];
+      __m512i groups[kChunkGroups];
+#pragma GCC unroll 16
+      for (int r = 0; r < kTileRows; ++r) {
+        rows[r] = _mm256_maskz_loadu_epi32(mask, base + chunk_first[r] * 4);
+      }
+      interleave16(rows, groups);
+#pragma GCC unroll 8
+      for (int g = 0; g < kChunkGroups; ++g) _mm512_store_si512(out[g], groups[g]);
+    } else {
+      // a[k], 128-bit lane l: the 8 values of row 4l + k.
+      __m512i a[4];
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        a[k] = _mm512_castsi128_si512(_mm_maskz_loadu_epi16(mask, base + chunk_first[k] * 2));
+        a[k] = _mm512_inserti32x4(a[k], _mm_maskz_loadu_epi16(mask, base + chunk_first[k + 4] * 2),
+                                  1);
+        a[k] = _mm512_inserti32x4(a[k], _mm_maskz_loadu_epi16(mask, base + chunk_first[k + 8] * 2),
+                                  2);
+        a[k] = _mm512_inserti32x4(
+            a[k], _mm_maskz_loadu_epi16(mask, base + chunk_first[k + 12] * 2), 3);
+      }
+      const __m512i low01 = _mm512_unpacklo_epi16(a[0], a[1]);
+      const __m512i high01 = _mm512_unpackhi_epi16(a[0], a[1]);
+      const __m512i low23 = _mm512_unpacklo_epi16(a[2], a[3]);
+      const __m512i high23 = _mm512_unpackhi_epi16(a[2], a[3]);
+      // pairs[j], lane l: groups 2j and 2j + 1 of rows 4l .. 4l+3, as 4 words each.
+      const __m512i pairs[4] = {
+          _mm512_unpacklo_epi32(low01, low23), _mm512_unpackhi_epi32(low01, low23),
+          _mm512_unpacklo_epi32(high01, high23), _mm512_unpackhi_epi32(high01, high23)};
+      const __m512i zero = _mm512_setzero_si512();
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) {
+        if constexpr (D == DType::BF16) {
+          // A bf16 value is the high half of its fp32 value: a zero word below widens it.
+          _mm512_store_si512(out[2 * j], _mm512_unpacklo_epi16(zero, pairs[j]));
+          _mm512_store_si512(out[2 * j + 1], _mm512_unpackhi_epi16(zero, pairs[j]));
+        } else {
+          _mm512_store_ps(out[2 * j], _mm512_cvtph_ps(_mm512_cvtepi32_epi16(
+                                          _mm512_unpacklo_epi16(pairs[j], zero))));
+          _mm512_store_ps(out[2 * j + 1], _mm512_cvtph_ps(_mm512_cvtepi32_epi16(
+                                              _mm512_unpackhi_epi16(pairs[j], zero))));
+        }
+      }
+    }
+  }
+}
+
+void load_chunk_values(const QuantMatrix& w, const int64_t* chunk_first, int64_t count,
+                       float (*scales)[kTileRows], float (*biases)[kTileRows]) {
+  switch (w.scale_dtype) {
+    case DType::F32:
+      return load_tile_values<DType::F32>(w.scales, w.biases, chunk_first, count, scales, biases);
+    case DType::F16:
+      return load_tile_values<DType::F16>(w.scales, w.biases, chunk_first, count, scales, biases);
+    default:
+      return load_tile_values<DType::BF16>(w.scales, w.biases, chunk_first, count, scales,
+                                           biases);
+  }
+}
+
+// The next tile's codes are prefetched into L2 in step with the current tile's progress, in
+// memory order (the tile's rows are contiguous, so the prefetches form one sequential stream), as
+// in the AVX2 kernel.
+constexpr int kPrefetchTilesAhead = 1;
+
+// Output rows [row0, row0 + rows) (rows <= 16) against activation rows [i0, i1) (at most
+// kActivationBlockRows). Lanes past `rows` repeat row row0 and are not stored.
+template <int Bits, int BlocksPerGroup>
+void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t i1) {
+  constexpr int64_t group = BlocksPerGroup * kInt8Block;
+  const QuantMatrix& w = *task.w;
+  const int64_t groups = w.cols / group;
+  const int64_t row_bytes = w.cols * Bits / 8;
+  const bool single = i1 - i0 == 1;
+  const uint8_t* packed[kTileRows];
+  int64_t first_group[kTileRows];
+  for (int r = 0; r < kTileRows; ++r) {
+    const int64_t stored_row = task.expert * w.rows + row0 + (r < rows ? r : 0);
+    packed[r] = w.packed + stored_row * row_bytes;
+    first_group[r] = stored_row * groups;
+  }
+  const uint8_t* ahead = packed[0] + kPrefetchTilesAhead * kTileRows * row_bytes;
+  {
+    const int64_t size = w.scale_dtype == DType::F32 ? 4 : 2;
+    const int64_t offset = (first_group[0] + kPrefetchTilesAhead * kTileRows * groups) * size;
+    for (int64_t line = 0; line < kTileRows * groups * size; line += 64) {
+      __builtin_prefetch(w.scales + offset + line, 0, 1);
+      __builtin_prefetch(w.biases + offset + line, 0, 1);
+    }
+  }
+  constexpr int64_t kChunkColumns = kChunkGroups * group;
+  __m512i codes[kChunkGroups * BlocksPerGroup][kSteps];
+  alignas(64) float scales[kChunkGroups][kTileRows];
+  alignas(64) float biases[kChunkGroups][kTileRows];
+  alignas(64) float acc[kActivationBlockRows][kTileRows];
+  alignas(64) float bias_acc[kActivationBlockRows][kTileRows];
+  for (int64_t i = 0; i < i1 - i0; ++i) {
+    _mm512_store_ps(acc[i], _mm512_setzero_ps());
+    _mm512_store_ps(bias_acc[i], _mm512_setzero_ps());
+  }
+  for (int64_t c0 = 0; c0 < w.cols; c0 += kChunkColumns) {
+    const int64_t columns = std::min(kChunkColumns, w.cols - c0);
+    const int64_t blocks = columns / kInt8Block;
+    const int64_t chunk_groups = columns / group;
+    const int64_t g0 = c0 / group;
+    const uint8_t* ahead_chunk = ahead + kTileRows * c0 * Bits / 8;
+    for (int64_t line = 0; line < kTileRows * columns * Bits / 8; line += 64) {
+      __builtin_prefetch(ahead_chunk + line, 0, 1);
+    }
+    if (!single) {
+      for (int64_t b = 0; b < blocks; ++b) {
+        unpack_interleaved<Bits>(packed, (c0 + b * kInt8Block) * Bits / 8, codes[b]);
+      }
+    }
+    int64_t chunk_first[kTileRows];
+    for (int r = 0; r < kTileRows; ++r) chunk_first[r] = first_group[r] + g0;
+    load_chunk_values(w, chunk_first, chunk_groups, scales, biases);
+    for (int64_t i = i0; i < i1; ++i) {
+      const int8_t* x8 = task.x8[i] + c0;
+      const float* d = task.block_scales[i] + c0 / kInt8Block;
+      const float* xsums = task.xsums[i] + g0;
+      auto sums = [&](int64_t b) __attribute__((always_inline)) {
+        if (single) {
+          __m512i steps[kSteps];
+          unpack_interleaved<Bits>(packed, (c0 + b * kInt8Block) * Bits / 8, steps);
+          return _mm512_cvtepi32_ps(block_sums(steps, x8 + b * kInt8Block));
+        }
+        return _mm512_cvtepi32_ps(block_sums(codes[b], x8 + b * kInt8Block));
+      };
+      __m512 sum = _mm512_load_ps(acc[i - i0]);
+      __m512 bias = _mm512_load_ps(bias_acc[i - i0]);
+      for (int64_t g = 0; g < chunk_groups; ++g) {
+        const int64_t b0 = g * BlocksPerGroup;
+        __m512 t = _mm512_mul_ps(_mm512_set1_ps(d[b0]), sums(b0));
+#pragma GCC unroll 4
+        for (int64_t b = b0 + 1; b < b0 + BlocksPerGroup; ++b) {
+          t = _mm512_fmadd_ps(_mm512_set1_ps(d[b]), sums(b), t);
+        }
+        sum = _mm512_fmadd_ps(_mm512_load_ps(scales[g]), t, sum);
+        bias = _mm512_fmadd_ps(_mm512_load_ps(biases[g]), _mm512_set1_ps(xsums[g]), bias);
+      }
+      _mm512_store_ps(acc[i - i0], sum);
+      _mm512_store_ps(bias_acc[i - i0], bias);
+    }
+  }
+  const auto stored = static_cast<__mmask16>((1u << rows) - 1);
+  for (int64_t i = i0; i < i1; ++i) {
+    _mm512_mask_storeu_ps(task.y[i] + row0, stored,
+                          _mm512_add_ps(_mm512_load_ps(acc[i - i0]), _mm512_load_ps(bias_acc[i - i0])));
+  }
+}
+
+template <int Bits, int BlocksPerGroup>
+void int8_rows_grouped(const Int8Task& task, int64_t row_begin, int64_t row_end) {
+  for (int64_t i0 = 0; i0 < task.m; i0 += kActivationBlockRows) {
+    const int64_t i1 = std::min(task.m, i0 + kActivationBlockRows);
+    for (int64_t row = row_begin; row < row_end; row += kTileRows) {
+      const int rows = static_cast<int>(std::min<int64_t>(kTileRows, row_end - row));
+      int8_tile<Bits, BlocksPerGroup>(task, row, rows, i0, i1);
+    }
+  }
+}
+
+template <int Bits>
+void int8_rows_typed(const Int8Task& task, int64_t row_begin, int64_t row_end) {
+  switch (task.w->format.group_size) {
+    case 32:
+      return int8_rows_grouped<Bits, 1>(task, row_begin, row_end);
+    case 64:
+      return int8_rows_grouped<Bits, 2>(task, row_begin, row_end);
+    default:
+      return int8_rows_grouped<Bits, 4>(task, row_begin, row_end);
+  }
+}
+
+}  // namespace
+
+void int8_rows_avx512vnni(const Int8Task& task, int64_t row_begin, int64_t row_end) {
+  switch (task.w->format.bits) {
+    case 2:
+      return int8_rows_typed<2>(task, row_begin, row_end);
+    case 3:
+      return int8_rows_typed<3>(task, row_begin, row_end);
+    case 4:
+      return int8_rows_typed<4>(task, row_begin, row_end);
+    case 5:
+      return int8_rows_typed<5>(task, row_begin, row_end);
+    case 6:
+      return int8_rows_typed<6>(task, row_begin, row_end);
+    case 8:
+      return int8_rows_typed<8>(task, row_begin, row_end);
+  }
+}
+
+}  // namespace dspark::kernels::cpu
