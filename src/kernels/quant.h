@@ -26,8 +26,9 @@
 // other rows are in the batch, on the expert mix of a gathered product, on the thread count, or
 // on the ISA. So qmatmul's row r result is bit-identical whether it is computed alone (m = 1,
 // plain decode) or inside a batch (m > 1, speculative verify), and gather_qmatmul equals qmatmul
-// with the same expert; likewise for matmul / gather_matmul. All ISAs (scalar, avx2, avx512, avx512vnni) give
-// bit-identical results. x is [m, cols] and y is [m, rows], both contiguous fp32, not overlapping.
+// with the same expert; likewise for matmul / gather_matmul. All ISAs (scalar, avx2, avx512,
+// avx512vnni) give bit-identical results. x is [m, cols] and y is [m, rows], both contiguous fp32,
+// not overlapping.
 #include <cstdint>
 #include <string_view>
 

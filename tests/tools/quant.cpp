@@ -113,8 +113,8 @@ DType scale_dtype_named(const std::string& name) {
 }
 
 kernels::Isa isa_named(const std::string& name) {
-  for (auto isa : {kernels::Isa::scalar, kernels::Isa::avx2, kernels::Isa::avx512,
-                   kernels::Isa::avx512vnni}) {
+  for (auto isa :
+       {kernels::Isa::scalar, kernels::Isa::avx2, kernels::Isa::avx512, kernels::Isa::avx512vnni}) {
     if (name == kernels::isa_name(isa)) return isa;
   }
   if (name == "best") return kernels::best_isa();

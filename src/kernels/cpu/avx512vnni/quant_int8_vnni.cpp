@@ -6,13 +6,15 @@
 // without saturation (4·255·127 fits easily), so codes of every width, 8 bits included, are
 // unpacked to bytes and multiplied the same way.
 //
-// A tile's codes are interleaved: step s of a block of 32 inputs is one vector whose dword r holds
-// row r's codes of slots 4s .. 4s+3, so that vpdpbusd by those slots' activations (one dword
-// broadcast to every lane) adds to each row's sum in the row's own lane, with no horizontal sums.
-// A single activation row (decode) multiplies each block's steps as they are made; several rows
-// (verify, prefill) unpack a chunk of 8 groups once into an L1 buffer and reuse it for every
-// activation row of a block of up to 64, so that an extra activation row costs 8 vpdpbusd per 16
-// rows and 32 inputs.
+// Several activation rows (verify, prefill): a tile's codes are interleaved, step s of a block of
+// 32 inputs being one vector whose dword r holds row r's codes of slots 4s .. 4s+3, so that
+// vpdpbusd by those slots' activations (one dword broadcast to every lane) adds to each row's sum
+// in the row's own lane, with no horizontal sums. A chunk of 8 groups is unpacked once into an L1
+// buffer and reused for every activation row of a block of up to 64, 4 rows per pass, so that an
+// extra activation row costs 8 vpdpbusd per 16 rows and 32 inputs. A single activation row (decode)
+// is bound by the weight stream, and interleaving would cost more than the products: 4- and 8-bit
+// codes multiply the activations as they lie in memory, 4 blocks per vector, and one reduction per
+// 4 blocks gathers the 16 rows' sums; other widths interleave each block as they use it.
 #include <algorithm>
 #include <cstring>
 
@@ -88,10 +90,11 @@ __m256i unpack_row_block(const uint8_t* p) {
     const __m256i second =
         _mm256_broadcastsi128_si256(_mm_maskz_loadu_epi8(kHalfMask, p + 2 * Bits));
     const __m512i bytes = _mm512_inserti64x4(_mm512_castsi256_si512(first), second, 1);
-    const __m512i pairs = _mm512_shuffle_epi8(bytes, _mm512_load_si512(kWordCodes<Bits>.pair_index));
-    const __m512i words = _mm512_and_si512(
-        _mm512_srlv_epi16(pairs, _mm512_load_si512(kWordCodes<Bits>.shifts)),
-        _mm512_set1_epi16((1 << Bits) - 1));
+    const __m512i pairs =
+        _mm512_shuffle_epi8(bytes, _mm512_load_si512(kWordCodes<Bits>.pair_index));
+    const __m512i words =
+        _mm512_and_si512(_mm512_srlv_epi16(pairs, _mm512_load_si512(kWordCodes<Bits>.shifts)),
+                         _mm512_set1_epi16((1 << Bits) - 1));
     return _mm512_cvtepi16_epi8(words);
   }
 }
@@ -177,9 +180,18 @@ __attribute__((always_inline)) inline __m512i block_sums(const __m512i* steps, c
   return _mm512_add_epi32(sums[0], sums[1]);
 }
 
+// Values of 16-bit type at p: 8 of them, or the first `count` (the rest zero) when the 8 would
+// reach past the tensor.
+template <bool InBounds>
+__attribute__((always_inline)) inline __m128i load_words(__mmask8 mask, const uint8_t* p) {
+  if constexpr (InBounds) return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm_maskz_loadu_epi16(mask, p);
+}
+
 // scales[g][r] (biases[g][r]) = row r's value of group chunk_first[r] + g as fp32, for g < count
-// (count <= 8; later groups are zero). Masked loads read only the values that exist.
-template <DType D>
+// (count <= 8; values of later groups are not used). InBounds: all 8 values of every row lie
+// inside the tensor, so they are loaded whole; otherwise masked loads read only the first count.
+template <DType D, bool InBounds>
 void load_tile_values(const uint8_t* scale_base, const uint8_t* bias_base,
                       const int64_t* chunk_first, int64_t count, float (*scales)[kTileRows],
                       float (*biases)[kTileRows]) {
@@ -194,7 +206,9 @@ void load_tile_values(const uint8_t* scale_base, const uint8_t* bias_base,
       __m512i groups[kChunkGroups];
 #pragma GCC unroll 16
       for (int r = 0; r < kTileRows; ++r) {
-        rows[r] = _mm256_maskz_loadu_epi32(mask, base + chunk_first[r] * 4);
+        const uint8_t* p = base + chunk_first[r] * 4;
+        rows[r] = InBounds ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))
+                           : _mm256_maskz_loadu_epi32(mask, p);
       }
       interleave16(rows, groups);
 #pragma GCC unroll 8
@@ -204,13 +218,12 @@ void load_tile_values(const uint8_t* scale_base, const uint8_t* bias_base,
       __m512i a[4];
 #pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) {
-        a[k] = _mm512_castsi128_si512(_mm_maskz_loadu_epi16(mask, base + chunk_first[k] * 2));
-        a[k] = _mm512_inserti32x4(a[k], _mm_maskz_loadu_epi16(mask, base + chunk_first[k + 4] * 2),
-                                  1);
-        a[k] = _mm512_inserti32x4(a[k], _mm_maskz_loadu_epi16(mask, base + chunk_first[k + 8] * 2),
-                                  2);
-        a[k] = _mm512_inserti32x4(
-            a[k], _mm_maskz_loadu_epi16(mask, base + chunk_first[k + 12] * 2), 3);
+        a[k] = _mm512_castsi128_si512(load_words<InBounds>(mask, base + chunk_first[k] * 2));
+#pragma GCC unroll 3
+        for (int lane = 1; lane < 4; ++lane) {
+          a[k] = _mm512_inserti32x4(
+              a[k], load_words<InBounds>(mask, base + chunk_first[k + 4 * lane] * 2), lane);
+        }
       }
       const __m512i low01 = _mm512_unpacklo_epi16(a[0], a[1]);
       const __m512i high01 = _mm512_unpackhi_epi16(a[0], a[1]);
@@ -221,6 +234,8 @@ void load_tile_values(const uint8_t* scale_base, const uint8_t* bias_base,
           _mm512_unpacklo_epi32(low01, low23), _mm512_unpackhi_epi32(low01, low23),
           _mm512_unpacklo_epi32(high01, high23), _mm512_unpackhi_epi32(high01, high23)};
       const __m512i zero = _mm512_setzero_si512();
+      // F16: the even qwords (group 2j of rows 0-15) to the low half, the odd ones to the high.
+      const __m512i group_halves = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
 #pragma GCC unroll 4
       for (int j = 0; j < 4; ++j) {
         if constexpr (D == DType::BF16) {
@@ -228,27 +243,41 @@ void load_tile_values(const uint8_t* scale_base, const uint8_t* bias_base,
           _mm512_store_si512(out[2 * j], _mm512_unpacklo_epi16(zero, pairs[j]));
           _mm512_store_si512(out[2 * j + 1], _mm512_unpackhi_epi16(zero, pairs[j]));
         } else {
-          _mm512_store_ps(out[2 * j], _mm512_cvtph_ps(_mm512_cvtepi32_epi16(
-                                          _mm512_unpacklo_epi16(pairs[j], zero))));
-          _mm512_store_ps(out[2 * j + 1], _mm512_cvtph_ps(_mm512_cvtepi32_epi16(
-                                              _mm512_unpackhi_epi16(pairs[j], zero))));
+          const __m512i halves = _mm512_permutexvar_epi64(group_halves, pairs[j]);
+          _mm512_store_ps(out[2 * j], _mm512_cvtph_ps(_mm512_castsi512_si256(halves)));
+          _mm512_store_ps(out[2 * j + 1], _mm512_cvtph_ps(_mm512_extracti64x4_epi64(halves, 1)));
         }
       }
     }
   }
 }
 
-void load_chunk_values(const QuantMatrix& w, const int64_t* chunk_first, int64_t count,
-                       float (*scales)[kTileRows], float (*biases)[kTileRows]) {
+template <bool InBounds>
+void load_chunk_values_in(const QuantMatrix& w, const int64_t* chunk_first, int64_t count,
+                          float (*scales)[kTileRows], float (*biases)[kTileRows]) {
   switch (w.scale_dtype) {
     case DType::F32:
-      return load_tile_values<DType::F32>(w.scales, w.biases, chunk_first, count, scales, biases);
+      return load_tile_values<DType::F32, InBounds>(w.scales, w.biases, chunk_first, count, scales,
+                                                    biases);
     case DType::F16:
-      return load_tile_values<DType::F16>(w.scales, w.biases, chunk_first, count, scales, biases);
+      return load_tile_values<DType::F16, InBounds>(w.scales, w.biases, chunk_first, count, scales,
+                                                    biases);
     default:
-      return load_tile_values<DType::BF16>(w.scales, w.biases, chunk_first, count, scales,
-                                           biases);
+      return load_tile_values<DType::BF16, InBounds>(w.scales, w.biases, chunk_first, count, scales,
+                                                     biases);
   }
+}
+
+// The chunk's values of the tile's rows; `last_row_first`: the first group of the chunk in the
+// tile's furthest row.
+void load_chunk_values(const QuantMatrix& w, const int64_t* chunk_first, int64_t count,
+                       int64_t last_row_first, float (*scales)[kTileRows],
+                       float (*biases)[kTileRows]) {
+  const int64_t total_groups = w.experts * w.rows * w.groups_per_row();
+  if (last_row_first + kChunkGroups <= total_groups) {
+    return load_chunk_values_in<true>(w, chunk_first, count, scales, biases);
+  }
+  load_chunk_values_in<false>(w, chunk_first, count, scales, biases);
 }
 
 // The next tile's codes are prefetched in step with the current tile's progress, in memory order
@@ -263,8 +292,8 @@ constexpr int kPrefetchTilesAhead = 1;
 // of vpdpbusd, enough together to cover its latency.
 constexpr int kRowsAtOnce = 4;
 
-// Lane k of reduced[q] (q, k < 4) = the sum of the 4 dwords in lane q of rows[4k .. 4k+3]... as
-// dword 4k + j = rows[4k + j]: the 16 rows' sums of each 128-bit lane, lane q's sums in vector q.
+// reduced[q] dword r = the sum of the 4 dwords in 128-bit lane q of rows[r], for 16 rows: vector q
+// holds the 16 rows' sums of lane q.
 __attribute__((always_inline)) inline void reduce_lanes16(const __m512i* rows, __m512i* reduced) {
   __m512i pairs[8], quads[4];
 #pragma GCC unroll 8
@@ -338,10 +367,10 @@ __attribute__((always_inline)) inline void quad_sums(const uint8_t* const* packe
 #pragma GCC unroll 16
     for (int r = 0; r < kTileRows; ++r) {
       const uint8_t* codes = packed[r] + offset + 32 * q;
-      const __m512i first = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
-                                                load_bytes<Full>(low_mask, codes), x01);
-      const __m512i second = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
-                                                 load_bytes<Full>(high_mask, codes + 64), x23);
+      const __m512i first =
+          _mm512_dpbusd_epi32(_mm512_setzero_si512(), load_bytes<Full>(low_mask, codes), x01);
+      const __m512i second =
+          _mm512_dpbusd_epi32(_mm512_setzero_si512(), load_bytes<Full>(high_mask, codes + 64), x23);
       rows[r] = _mm512_add_epi32(_mm512_shuffle_i64x2(first, second, _MM_SHUFFLE(2, 0, 2, 0)),
                                  _mm512_shuffle_i64x2(first, second, _MM_SHUFFLE(3, 1, 3, 1)));
     }
@@ -352,13 +381,12 @@ __attribute__((always_inline)) inline void quad_sums(const uint8_t* const* packe
 }
 
 template <int Bits>
-void single_row_sums(const uint8_t* const* packed, int64_t offset, const int8_t* x8,
-                     int64_t blocks, __m512i* isums) {
+void single_row_sums(const uint8_t* const* packed, int64_t offset, const int8_t* x8, int64_t blocks,
+                     __m512i* isums) {
   int64_t q = 0;
   for (; q + 4 <= blocks; q += 4) quad_sums<Bits, true>(packed, offset, x8, q, 4, isums);
   if (q < blocks) quad_sums<Bits, false>(packed, offset, x8, q, blocks - q, isums);
 }
-
 
 // N activation rows of one chunk, in the canonical order: sums_of(b, k) is the exact block sums
 // of the chunk's block b for row k, whose values are d[k] and xsums[k] (offset to the chunk) and
@@ -449,7 +477,8 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
     }
     int64_t chunk_first[kTileRows];
     for (int r = 0; r < kTileRows; ++r) chunk_first[r] = first_group[r] + g0;
-    load_chunk_values(w, chunk_first, chunk_groups, scales, biases);
+    // Lanes past `rows` repeat row row0, so the last row's values are the furthest.
+    load_chunk_values(w, chunk_first, chunk_groups, chunk_first[rows - 1], scales, biases);
     for (int64_t i = 0; i < i1 - i0; ++i) {
       x8[i] = task.x8[i0 + i] + c0;
       d[i] = task.block_scales[i0 + i] + c0 / kInt8Block;
@@ -483,8 +512,8 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
       const auto sums_of = [&](int64_t b, int k) __attribute__((always_inline)) {
         return block_sums(codes[b], x8[i + k] + b * kInt8Block);
       };
-      accumulate_chunk<BlocksPerGroup, kRowsAtOnce>(sums_of, chunk_groups, d + i, xsums + i,
-                                                    scales, biases, acc + i, bias_acc + i);
+      accumulate_chunk<BlocksPerGroup, kRowsAtOnce>(sums_of, chunk_groups, d + i, xsums + i, scales,
+                                                    biases, acc + i, bias_acc + i);
     }
     for (; i < i1 - i0; ++i) {
       const auto sums_of = [&](int64_t b, int) __attribute__((always_inline)) {
@@ -496,8 +525,9 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
   }
   const auto stored = static_cast<__mmask16>((1u << rows) - 1);
   for (int64_t i = i0; i < i1; ++i) {
-    _mm512_mask_storeu_ps(task.y[i] + row0, stored,
-                          _mm512_add_ps(_mm512_load_ps(acc[i - i0]), _mm512_load_ps(bias_acc[i - i0])));
+    _mm512_mask_storeu_ps(
+        task.y[i] + row0, stored,
+        _mm512_add_ps(_mm512_load_ps(acc[i - i0]), _mm512_load_ps(bias_acc[i - i0])));
   }
 }
 
