@@ -51,7 +51,10 @@ cpu_isas() {
     if has avx512_vnni; then echo avx512vnni; fi
     echo avx512
   fi
-  if has avx2 && has fma && has f16c; then echo avx2; fi
+  if has avx2 && has fma && has f16c; then
+    if has avx_vnni; then echo avxvnni; fi
+    echo avx2
+  fi
   echo scalar
 }
 

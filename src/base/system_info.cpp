@@ -35,6 +35,7 @@ CpuFeatures detect_cpu_features() {
     features.avx512vnni = os_saves_zmm && ((ecx >> 11) & 1);
   }
   if (__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) {
+    features.avxvnni = os_saves_ymm && ((eax >> 4) & 1);
     features.avx512bf16 = os_saves_zmm && ((eax >> 5) & 1);
   }
   std::ifstream cpuinfo("/proc/cpuinfo");

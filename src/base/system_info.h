@@ -7,6 +7,7 @@ namespace dspark {
 
 struct CpuFeatures {
   bool avx2 = false;
+  bool avxvnni = false;  // AVX-VNNI: VEX-encoded vpdpbusd / vpdpwssd on 128/256-bit vectors
   bool fma = false;
   bool f16c = false;
   bool avx512f = false;

@@ -47,10 +47,10 @@ void add_doctor_command(CLI::App& app) {
     const CpuFeatures& cpu = cpu_features();
     fmt::print("cpu: {}\n", cpu.model_name);
     fmt::print(
-        "features: avx2={} fma={} f16c={} avx512f={} avx512bw={} avx512vl={} "
+        "features: avx2={} fma={} f16c={} avxvnni={} avx512f={} avx512bw={} avx512vl={} "
         "avx512vnni={} avx512bf16={}\n",
-        cpu.avx2, cpu.fma, cpu.f16c, cpu.avx512f, cpu.avx512bw, cpu.avx512vl, cpu.avx512vnni,
-        cpu.avx512bf16);
+        cpu.avx2, cpu.fma, cpu.f16c, cpu.avxvnni, cpu.avx512f, cpu.avx512bw, cpu.avx512vl,
+        cpu.avx512vnni, cpu.avx512bf16);
     fmt::print("kernels: {}\n", kernels::isa_name(kernels::best_isa()));
     fmt::print("threads: {}\n", default_pool().num_threads());
     fmt::print("memory: {:.1f} GiB total, {:.1f} GiB available\n",

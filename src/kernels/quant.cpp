@@ -60,6 +60,8 @@ bool isa_supported(Isa isa) {
       return true;
     case Isa::avx2:
       return cpu.avx2 && cpu.fma && cpu.f16c;
+    case Isa::avxvnni:
+      return isa_supported(Isa::avx2) && cpu.avxvnni;
     case Isa::avx512:
       return cpu.avx512f && cpu.avx512bw && cpu.avx512vl && cpu.avx512dq && cpu.fma && cpu.f16c;
     case Isa::avx512vnni:
@@ -75,16 +77,17 @@ void check_isa(Isa isa) {
 Isa detect_best_isa() {
   if (const char* requested = std::getenv("DSPARK_ISA"); requested != nullptr && *requested) {
     const std::string_view name(requested);
-    for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512vnni}) {
+    for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avxvnni, Isa::avx512, Isa::avx512vnni}) {
       if (name == isa_name(isa)) {
         check_isa(isa);
         return isa;
       }
     }
-    fail("DSPARK_ISA={} is not one of scalar, avx2, avx512, avx512vnni", name);
+    fail("DSPARK_ISA={} is not one of scalar, avx2, avxvnni, avx512, avx512vnni", name);
   }
   if (isa_supported(Isa::avx512vnni)) return Isa::avx512vnni;
   if (isa_supported(Isa::avx512)) return Isa::avx512;
+  if (isa_supported(Isa::avxvnni)) return Isa::avxvnni;
   if (isa_supported(Isa::avx2)) return Isa::avx2;
   return Isa::scalar;
 }
@@ -362,6 +365,8 @@ const KernelTable& kernel_table(Isa isa) {
       return kAvx512VnniKernels;
     case Isa::avx512:
       return kAvx512Kernels;
+    case Isa::avxvnni:
+      return kAvxVnniKernels;
     case Isa::avx2:
       return kAvx2Kernels;
     case Isa::scalar:
@@ -394,6 +399,8 @@ const char* isa_name(Isa isa) {
       return "scalar";
     case Isa::avx2:
       return "avx2";
+    case Isa::avxvnni:
+      return "avxvnni";
     case Isa::avx512:
       return "avx512";
     case Isa::avx512vnni:

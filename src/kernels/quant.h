@@ -26,9 +26,9 @@
 // other rows are in the batch, on the expert mix of a gathered product, on the thread count, or
 // on the ISA. So qmatmul's row r result is bit-identical whether it is computed alone (m = 1,
 // plain decode) or inside a batch (m > 1, speculative verify), and gather_qmatmul equals qmatmul
-// with the same expert; likewise for matmul / gather_matmul. All ISAs (scalar, avx2, avx512,
-// avx512vnni) give bit-identical results. x is [m, cols] and y is [m, rows], both contiguous fp32,
-// not overlapping.
+// with the same expert; likewise for matmul / gather_matmul. All ISAs (scalar, avx2, avxvnni,
+// avx512, avx512vnni) give bit-identical results. x is [m, cols] and y is [m, rows], both
+// contiguous fp32, not overlapping.
 #include <cstdint>
 #include <string_view>
 
@@ -80,12 +80,14 @@ Numerics parse_numerics(std::string_view name, const char* what);
 Numerics numerics();
 void set_numerics(Numerics numerics);
 
-// avx512vnni is avx512 with the int8 products on vpdpbusd (AVX-512 VNNI); every other kernel is
-// avx512's.
-enum class Isa { scalar, avx2, avx512, avx512vnni };
+// avxvnni is avx2 with the int8 products on VEX vpdpbusd / vpdpwssd (AVX-VNNI, e.g. Intel client
+// cores without AVX-512); avx512vnni is avx512 with them on zmm vpdpbusd (AVX-512 VNNI). Every
+// other kernel is avx2's or avx512's.
+enum class Isa { scalar, avx2, avxvnni, avx512, avx512vnni };
 const char* isa_name(Isa isa);
-// The best ISA this CPU supports, unless DSPARK_ISA=scalar|avx2|avx512|avx512vnni asks for another
-// (an ISA the CPU lacks is refused with an error). The *_isa functions also refuse such an ISA.
+// The best ISA this CPU supports, unless DSPARK_ISA=scalar|avx2|avxvnni|avx512|avx512vnni asks for
+// another (an ISA the CPU lacks is refused with an error). The *_isa functions also refuse such an
+// ISA.
 Isa best_isa();
 
 // Quantize `rows` x `cols` fp32 weights the way mlx.core.quantize does, bit for bit. Scales and

@@ -60,6 +60,7 @@ bool supported(Isa isa) {
     case Isa::avx512vnni:
     case Isa::avx512:
       return cpu.avx512f && cpu.avx512dq && cpu.fma;
+    case Isa::avxvnni:
     case Isa::avx2:
       return cpu.avx2 && cpu.fma;
     case Isa::scalar:

@@ -301,6 +301,7 @@ TEST(QuantErrors, BadOperandsAreRejected) {
 TEST(QuantIsa, NamesAndDetection) {
   EXPECT_STREQ(isa_name(Isa::scalar), "scalar");
   EXPECT_STREQ(isa_name(Isa::avx2), "avx2");
+  EXPECT_STREQ(isa_name(Isa::avxvnni), "avxvnni");
   EXPECT_STREQ(isa_name(Isa::avx512), "avx512");
   EXPECT_STREQ(isa_name(Isa::avx512vnni), "avx512vnni");
   const auto isas = supported_isas();

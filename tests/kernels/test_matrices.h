@@ -136,7 +136,10 @@ inline TestActivations random_activations(int64_t count, uint32_t seed) {
 inline std::vector<Isa> supported_isas() {
   const CpuFeatures& cpu = cpu_features();
   std::vector<Isa> isas = {Isa::scalar};
-  if (cpu.avx2 && cpu.fma && cpu.f16c) isas.push_back(Isa::avx2);
+  if (cpu.avx2 && cpu.fma && cpu.f16c) {
+    isas.push_back(Isa::avx2);
+    if (cpu.avxvnni) isas.push_back(Isa::avxvnni);
+  }
   if (cpu.avx512f && cpu.avx512bw && cpu.avx512vl && cpu.avx512dq && cpu.fma && cpu.f16c) {
     isas.push_back(Isa::avx512);
     if (cpu.avx512vnni) isas.push_back(Isa::avx512vnni);

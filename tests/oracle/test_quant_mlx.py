@@ -30,6 +30,8 @@ def cpu_isas():
     isas = ["scalar"]
     if {"avx2", "fma", "f16c"} <= set(flags):
         isas.append("avx2")
+        if "avx_vnni" in flags:
+            isas.append("avxvnni")
     if {"avx512f", "avx512bw", "avx512vl", "avx512dq", "fma", "f16c"} <= set(flags):
         isas.append("avx512")
         if "avx512_vnni" in flags:

@@ -113,12 +113,12 @@ DType scale_dtype_named(const std::string& name) {
 }
 
 kernels::Isa isa_named(const std::string& name) {
-  for (auto isa :
-       {kernels::Isa::scalar, kernels::Isa::avx2, kernels::Isa::avx512, kernels::Isa::avx512vnni}) {
+  for (auto isa : {kernels::Isa::scalar, kernels::Isa::avx2, kernels::Isa::avxvnni,
+                   kernels::Isa::avx512, kernels::Isa::avx512vnni}) {
     if (name == kernels::isa_name(isa)) return isa;
   }
   if (name == "best") return kernels::best_isa();
-  fail("isa={} is not scalar, avx2, avx512, avx512vnni or best", name);
+  fail("isa={} is not scalar, avx2, avxvnni, avx512, avx512vnni or best", name);
 }
 
 // The packed / scales / biases arrays of DIR as one QuantMatrix over `storage`.

@@ -31,6 +31,7 @@ BlockKernel block_kernel(Isa isa) {
     case Isa::avx512:
       if (!(cpu.avx512f && cpu.avx512dq && cpu.fma)) break;
       return cpu::attend_block_avx512;
+    case Isa::avxvnni:
     case Isa::avx2:
       if (!(cpu.avx2 && cpu.fma)) break;
       return cpu::attend_block_avx2;

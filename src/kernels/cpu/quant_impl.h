@@ -118,11 +118,14 @@ struct KernelTable {
 void int8_rows_avx2(const Int8Task& task, int64_t row_begin, int64_t row_end);
 void quantize_activations_avx2(const float* x, int64_t cols, int bits, int8_t* x8,
                                float* block_scales);
-// The AVX-512 VNNI int8 kernel; it reads activations in quantize_activations_avx2's order.
+// The AVX-VNNI int8 kernel (the AVX2 tiles on vpdpbusd / vpdpwssd) and the AVX-512 VNNI one; both
+// read activations in quantize_activations_avx2's order.
+void int8_rows_avxvnni(const Int8Task& task, int64_t row_begin, int64_t row_end);
 void int8_rows_avx512vnni(const Int8Task& task, int64_t row_begin, int64_t row_end);
 
 extern const KernelTable kRefKernels;
 extern const KernelTable kAvx2Kernels;
+extern const KernelTable kAvxVnniKernels;
 extern const KernelTable kAvx512Kernels;
 extern const KernelTable kAvx512VnniKernels;
 

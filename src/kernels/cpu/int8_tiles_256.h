@@ -1,0 +1,595 @@
+#pragma once
+// The 256-bit kernels of the int8 numerics (quant_impl.h): quantized products as exact integer dot
+// products, 8 output rows per tile in the 8 lanes of a ymm register, each lane running the
+// canonical float sequence of one (activation row, output row). Included by avx2/ and avxvnni/,
+// each compiled with its own flags: everything here has internal linkage, so that neither copy
+// can stand in for the other. With AVX-VNNI (__AVXVNNI__) the products add straight into int32
+// lanes: vpdpbusd for byte codes, vpdpwssd for word codes.
+//
+// Codes of 2 and 4 bits are multiplied as bytes with vpmaddubsw (unsigned codes times signed
+// activations: two products per 16-bit sum, at most 2·15·127, no saturation); codes of 3, 5, 6
+// and 8 bits as 16-bit words with vpmaddwd (8-bit codes would saturate vpmaddubsw:
+// 2·255·127 > 32767). Every block of 32 inputs yields one exact int32 per row.
+//
+// A single activation row (decode) multiplies codes unpacked in registers, and a transposing
+// vphadd tree gathers the 8 rows' sums into one vector. Several rows (verify, prefill): a tile
+// unpacks its 8 rows' codes one chunk of 8 groups at a time into an L1 buffer, interleaved so that
+// each row's sums build up in its own lane with no horizontal sums, and reuses them for every
+// activation row of a block of up to 64, so an extra activation row costs the integer dot products
+// alone.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/cpu/quant_impl.h"
+#include "kernels/cpu/unaligned_loads.h"
+#include "tensor/dtype.h"
+
+namespace dspark::kernels::cpu {
+namespace {
+
+#if defined(__AVXVNNI__)
+constexpr bool kVnni = true;
+#else
+constexpr bool kVnni = false;
+#endif
+
+constexpr int kTileRows = 8;
+// A tile works through its rows in chunks of 8 groups: one vector of 8 rows' scales per group,
+// the 8 groups' scales loaded together (an 8 x 8 transpose).
+constexpr int64_t kChunkGroups = 8;
+// Activation rows whose accumulators a tile keeps while it passes over its weights once. A larger
+// batch (prefill) passes over the weights once per block, with the block's activations in L2.
+constexpr int64_t kActivationBlockRows = 64;
+
+template <int Bits>
+constexpr bool kByteCodes = Bits == 2 || Bits == 4;
+
+uint64_t load_u64(const uint8_t* p) {
+  uint64_t value;
+  std::memcpy(&value, p, 8);
+  return value;
+}
+
+// 16 codes of 3, 5 or 6 bits span 2·Bits bytes. Word e of the shuffle (both 128-bit lanes hold the
+// same bytes; lane 1 serves codes 8-15) gathers the two bytes holding code e; multiplying by
+// 2^(8 - offset) and shifting right by 8 leaves the code's bits at the bottom.
+template <int Bits>
+struct WordCodeTables {
+  alignas(32) uint8_t pair_index[32];
+  alignas(32) uint16_t multipliers[16];
+};
+
+template <int Bits>
+constexpr WordCodeTables<Bits> make_word_code_tables() {
+  WordCodeTables<Bits> tables{};
+  for (int e = 0; e < 16; ++e) {
+    const int byte = e * Bits / 8;
+    tables.pair_index[2 * e] = static_cast<uint8_t>(byte);
+    tables.pair_index[2 * e + 1] = static_cast<uint8_t>(byte + 1);
+    tables.multipliers[e] = static_cast<uint16_t>(1u << (8 - e * Bits % 8));
+  }
+  return tables;
+}
+
+template <int Bits>
+constexpr WordCodeTables<Bits> kWordCodes = make_word_code_tables<Bits>();
+
+// Exactly 2·Bits bytes, zero-extended to 16, without reading past them.
+template <int Bits>
+__m128i load_exact(const uint8_t* p) {
+  if constexpr (Bits == 3) {
+    return _mm_insert_epi16(_mm_cvtsi32_si128(static_cast<int>(load_u32(p))), load_u16(p + 4), 2);
+  } else if constexpr (Bits == 5) {
+    return _mm_insert_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)), load_u16(p + 8),
+                            4);
+  } else {
+    return _mm_insert_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)),
+                            static_cast<int>(load_u32(p + 8)), 2);
+  }
+}
+
+// 16 codes as 16-bit words, in element order.
+template <int Bits>
+__m256i unpack_words16(const uint8_t* p) {
+  if constexpr (Bits == 8) {
+    return _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  } else {
+    const __m256i bytes = _mm256_broadcastsi128_si256(load_exact<Bits>(p));
+    const __m256i pairs = _mm256_shuffle_epi8(
+        bytes, _mm256_load_si256(reinterpret_cast<const __m256i*>(kWordCodes<Bits>.pair_index)));
+    const __m256i shifted = _mm256_srli_epi16(
+        _mm256_mullo_epi16(pairs, _mm256_load_si256(reinterpret_cast<const __m256i*>(
+                                      kWordCodes<Bits>.multipliers))),
+        8);
+    return _mm256_and_si256(shifted, _mm256_set1_epi16((1 << Bits) - 1));
+  }
+}
+
+// Vectors holding one row's unpacked block of 32 codes: 32 bytes, or 32 words in two vectors.
+template <int Bits>
+constexpr int kCodeVectors = kByteCodes<Bits> ? 1 : 2;
+
+// One block of 32 codes. Byte order of 2 bits: slot 8k + i holds element 4i + k; of 4 bits:
+// slot j < 16 element 2j, slot 16 + j element 2j + 1 (the low nibbles, then the high ones).
+// Words are in element order.
+template <int Bits>
+void unpack_block(const uint8_t* p, __m256i* out) {
+  if constexpr (Bits == 2) {
+    const __m256i shifted = _mm256_srlv_epi64(_mm256_set1_epi64x(static_cast<int64_t>(load_u64(p))),
+                                              _mm256_setr_epi64x(0, 2, 4, 6));
+    out[0] = _mm256_and_si256(shifted, _mm256_set1_epi8(3));
+  } else if constexpr (Bits == 4) {
+    const __m256i bytes =
+        _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    const __m256i shifted = _mm256_srlv_epi64(bytes, _mm256_setr_epi64x(0, 0, 4, 4));
+    out[0] = _mm256_and_si256(shifted, _mm256_set1_epi8(15));
+  } else {
+    out[0] = unpack_words16<Bits>(p);
+    out[1] = unpack_words16<Bits>(p + 2 * Bits);
+  }
+}
+
+// Lane r = the sum of the 8 int32 lanes of p[r].
+__m256i reduce8(const __m256i* p) {
+  const __m256i h01 = _mm256_hadd_epi32(p[0], p[1]);
+  const __m256i h23 = _mm256_hadd_epi32(p[2], p[3]);
+  const __m256i h45 = _mm256_hadd_epi32(p[4], p[5]);
+  const __m256i h67 = _mm256_hadd_epi32(p[6], p[7]);
+  // Each 128-bit lane: the sums of rows 0-3 (4-7) over that lane's half of the block.
+  const __m256i h0123 = _mm256_hadd_epi32(h01, h23);
+  const __m256i h4567 = _mm256_hadd_epi32(h45, h67);
+  return _mm256_add_epi32(_mm256_permute2x128_si256(h0123, h4567, 0x20),
+                          _mm256_permute2x128_si256(h0123, h4567, 0x31));
+}
+
+// The 8 rows' exact sums Σ q·x8 over one block; q[r * kCodeVectors ...] is row r's codes.
+template <int Bits>
+__m256i block_sums(const __m256i* q, const int8_t* x8) {
+  if constexpr (kByteCodes<Bits>) {
+    // vpmaddubsw leaves 16 words per row, each the sum of 2 products; a vphaddw tree adds them
+    // to one word per row and 128-bit lane, the sum of 16 products: at most 16·15·127 < 2^15.
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x8));
+    __m256i p[kTileRows];
+#pragma GCC unroll 8
+    for (int r = 0; r < kTileRows; ++r) p[r] = _mm256_maddubs_epi16(q[r], x);
+    const __m256i h0123 =
+        _mm256_hadd_epi16(_mm256_hadd_epi16(p[0], p[1]), _mm256_hadd_epi16(p[2], p[3]));
+    const __m256i h4567 =
+        _mm256_hadd_epi16(_mm256_hadd_epi16(p[4], p[5]), _mm256_hadd_epi16(p[6], p[7]));
+    // Words 0-7 of each 128-bit lane: rows 0-7 over that lane's half of the block.
+    const __m256i halves = _mm256_hadd_epi16(h0123, h4567);
+    return _mm256_add_epi32(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(halves)),
+                            _mm256_cvtepi16_epi32(_mm256_extracti128_si256(halves, 1)));
+  } else {
+    const __m256i x_low =
+        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x8)));
+    const __m256i x_high =
+        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x8 + 16)));
+    __m256i p[kTileRows];
+#pragma GCC unroll 8
+    for (int r = 0; r < kTileRows; ++r) {
+#if defined(__AVXVNNI__)
+      p[r] = _mm256_dpwssd_avx_epi32(_mm256_madd_epi16(q[2 * r], x_low), q[2 * r + 1], x_high);
+#else
+      p[r] = _mm256_add_epi32(_mm256_madd_epi16(q[2 * r], x_low),
+                              _mm256_madd_epi16(q[2 * r + 1], x_high));
+#endif
+    }
+    return reduce8(p);
+  }
+}
+
+// More than one activation row: the tile's codes are stored interleaved, so that no horizontal sums
+// are needed. Step s of a block is one vector whose dword r holds row r's codes of slots
+// 4s .. 4s+3 (bytes) or 2s, 2s+1 (words); multiplied by the activations of those slots broadcast to
+// every dword, it adds to each row's sum in that row's own lane.
+template <int Bits>
+constexpr int kSteps = kByteCodes<Bits> ? 8 : 16;
+
+// v[s] dword r = a[r] dword s, for an 8 x 8 matrix of dwords.
+__attribute__((always_inline)) inline void transpose8x8(const __m256i* a, __m256i* v) {
+  __m256i t[8], u[8];
+  for (int k = 0; k < 4; ++k) {
+    t[2 * k] = _mm256_unpacklo_epi32(a[2 * k], a[2 * k + 1]);
+    t[2 * k + 1] = _mm256_unpackhi_epi32(a[2 * k], a[2 * k + 1]);
+  }
+  // u[4h + c]: rows 4h .. 4h+3 of columns c (low 128-bit lane) and c + 4 (high lane).
+  for (int h = 0; h < 2; ++h) {
+    u[4 * h] = _mm256_unpacklo_epi64(t[4 * h], t[4 * h + 2]);
+    u[4 * h + 1] = _mm256_unpackhi_epi64(t[4 * h], t[4 * h + 2]);
+    u[4 * h + 2] = _mm256_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
+    u[4 * h + 3] = _mm256_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {
+    v[c] = _mm256_permute2x128_si256(u[c], u[4 + c], 0x20);
+    v[c + 4] = _mm256_permute2x128_si256(u[c], u[4 + c], 0x31);
+  }
+}
+
+// Byte shuffles zero-extending bytes 0, 1 (2, 3) of every dword into its two words.
+constexpr uint8_t kZeroByte = 0x80;
+alignas(32) constexpr uint8_t kLowPairWords[32] = {
+    0,  kZeroByte, 1,  kZeroByte, 4,  kZeroByte, 5,  kZeroByte, 8, kZeroByte, 9, kZeroByte,
+    12, kZeroByte, 13, kZeroByte, 0,  kZeroByte, 1,  kZeroByte, 4, kZeroByte, 5, kZeroByte,
+    8,  kZeroByte, 9,  kZeroByte, 12, kZeroByte, 13, kZeroByte};
+alignas(32) constexpr uint8_t kHighPairWords[32] = {
+    2,  kZeroByte, 3,  kZeroByte, 6,  kZeroByte, 7,  kZeroByte, 10, kZeroByte, 11, kZeroByte,
+    14, kZeroByte, 15, kZeroByte, 2,  kZeroByte, 3,  kZeroByte, 6,  kZeroByte, 7,  kZeroByte,
+    10, kZeroByte, 11, kZeroByte, 14, kZeroByte, 15, kZeroByte};
+
+// The 8 rows' block starting at packed[r] + offset, unpacked and interleaved into steps[kSteps].
+template <int Bits>
+void unpack_interleaved(const uint8_t* const* packed, int64_t offset, __m256i* steps) {
+  if constexpr (Bits == 4) {
+    // Straight from the packed bytes: step s < 4 is dword s of each row's 16 bytes, low nibbles;
+    // step s + 4 the high nibbles. Rows k and k + 4 share a vector (128-bit lanes 0 and 1), and a
+    // 4 x 4 dword transpose per lane puts dword s of rows 0-3 (4-7) into vector s.
+    __m256i r[4];
+    for (int k = 0; k < 4; ++k) {
+      r[k] = _mm256_inserti128_si256(
+          _mm256_castsi128_si256(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed[k] + offset))),
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed[k + 4] + offset)), 1);
+    }
+    const __m256i t0 = _mm256_unpacklo_epi32(r[0], r[1]), t1 = _mm256_unpackhi_epi32(r[0], r[1]);
+    const __m256i t2 = _mm256_unpacklo_epi32(r[2], r[3]), t3 = _mm256_unpackhi_epi32(r[2], r[3]);
+    const __m256i dwords[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2),
+                               _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3)};
+    const __m256i mask = _mm256_set1_epi8(15);
+    for (int k = 0; k < 4; ++k) {
+      steps[k] = _mm256_and_si256(dwords[k], mask);
+      steps[k + 4] = _mm256_and_si256(_mm256_srli_epi16(dwords[k], 4), mask);
+    }
+    return;
+  } else if constexpr (Bits == 8) {
+    // Straight from the packed bytes: an 8 x 8 transpose of each row's 8 dwords (4 codes each)
+    // gives vector k = codes 4k .. 4k+3 of every row, which a byte shuffle widens into steps 2k
+    // (codes 4k, 4k+1) and 2k + 1 (codes 4k+2, 4k+3).
+    __m256i rows[kTileRows], dwords[kTileRows];
+#pragma GCC unroll 8
+    for (int r = 0; r < kTileRows; ++r) {
+      rows[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(packed[r] + offset));
+    }
+    transpose8x8(rows, dwords);
+    const __m256i low_pair = _mm256_load_si256(reinterpret_cast<const __m256i*>(kLowPairWords));
+    const __m256i high_pair = _mm256_load_si256(reinterpret_cast<const __m256i*>(kHighPairWords));
+#pragma GCC unroll 8
+    for (int k = 0; k < kTileRows; ++k) {
+      steps[2 * k] = _mm256_shuffle_epi8(dwords[k], low_pair);
+      steps[2 * k + 1] = _mm256_shuffle_epi8(dwords[k], high_pair);
+    }
+    return;
+  }
+  __m256i rows[kTileRows * kCodeVectors<Bits>];
+#pragma GCC unroll 8
+  for (int r = 0; r < kTileRows; ++r) {
+    unpack_block<Bits>(packed[r] + offset, rows + r * kCodeVectors<Bits>);
+  }
+  if constexpr (kByteCodes<Bits>) {
+    transpose8x8(rows, steps);
+  } else {
+    __m256i half[kTileRows];
+    for (int h = 0; h < 2; ++h) {
+      for (int r = 0; r < kTileRows; ++r) half[r] = rows[2 * r + h];
+      transpose8x8(half, steps + 8 * h);
+    }
+  }
+}
+
+// The 8 rows' exact block sums from interleaved codes. Bytes: x8 holds the block's activations;
+// each step's vpmaddubsw words (2 products each) add up over the 8 steps to 16 products, at most
+// 16·15·127 < 2^15, before one vpmaddwd. Words: `activations` holds them widened to int16.
+template <int Bits>
+__m256i interleaved_sums(const __m256i* steps, const void* activations) {
+  const auto* bytes = static_cast<const uint8_t*>(activations);
+  if constexpr (kByteCodes<Bits> && !kVnni) {
+    __m256i words = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int s = 0; s < kSteps<Bits>; ++s) {
+      const __m256i x = _mm256_set1_epi32(static_cast<int>(load_u32(bytes + 4 * s)));
+      words = _mm256_add_epi16(words, _mm256_maddubs_epi16(steps[s], x));
+    }
+    return _mm256_madd_epi16(words, _mm256_set1_epi16(1));
+  } else {
+    __m256i sums[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+#pragma GCC unroll 16
+    for (int s = 0; s < kSteps<Bits>; ++s) {
+      const __m256i x = _mm256_set1_epi32(static_cast<int>(load_u32(bytes + 4 * s)));
+#if defined(__AVXVNNI__)
+      if constexpr (kByteCodes<Bits>) {
+        sums[s % 2] = _mm256_dpbusd_avx_epi32(sums[s % 2], steps[s], x);
+      } else {
+        sums[s % 2] = _mm256_dpwssd_avx_epi32(sums[s % 2], steps[s], x);
+      }
+#else
+      sums[s % 2] = _mm256_add_epi32(sums[s % 2], _mm256_madd_epi16(steps[s], x));
+#endif
+    }
+    return _mm256_add_epi32(sums[0], sums[1]);
+  }
+}
+
+// v[g] 16-bit word r = a[r] word g, in each 128-bit lane, for 8 x 8 matrices of words.
+__attribute__((always_inline)) inline void transpose8x8_words(const __m256i* a, __m256i* v) {
+  // pairs[k] (pairs[4 + k]): rows 2k, 2k + 1 interleaved over words 0-3 (4-7).
+  __m256i pairs[8], quads[8];
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    pairs[k] = _mm256_unpacklo_epi16(a[2 * k], a[2 * k + 1]);
+    pairs[4 + k] = _mm256_unpackhi_epi16(a[2 * k], a[2 * k + 1]);
+  }
+  // quads[4h + j]: rows 4h .. 4h+3 of words 2j, 2j + 1.
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 2
+    for (int half = 0; half < 2; ++half) {
+      const __m256i first = pairs[4 * half + 2 * h], second = pairs[4 * half + 2 * h + 1];
+      quads[4 * h + 2 * half] = _mm256_unpacklo_epi32(first, second);
+      quads[4 * h + 2 * half + 1] = _mm256_unpackhi_epi32(first, second);
+    }
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    v[2 * j] = _mm256_unpacklo_epi64(quads[j], quads[4 + j]);
+    v[2 * j + 1] = _mm256_unpackhi_epi64(quads[j], quads[4 + j]);
+  }
+}
+
+// scales[g][r] (biases[g][r]) = the 8 values at scale_base (bias_base) + index[r] values, row r's
+// group g, as fp32. 16-bit values are transposed before they are widened, a row's scales in the
+// low 128-bit lane and its biases in the high one, so one word transpose serves both: the widening
+// and the transpose of fp32 values cost more than the products on a single activation row with
+// 32-element groups.
+template <DType D>
+void transpose_tile_values(const uint8_t* scale_base, const uint8_t* bias_base,
+                           const int64_t* index, float (*scales)[kTileRows],
+                           float (*biases)[kTileRows]) {
+  constexpr int64_t kSize = D == DType::F32 ? 4 : 2;
+  if constexpr (D == DType::F32) {
+    __m256i rows[kTileRows];
+#pragma GCC unroll 8
+    for (int r = 0; r < kTileRows; ++r) {
+      rows[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(scale_base + index[r] * kSize));
+    }
+    transpose8x8(rows, reinterpret_cast<__m256i*>(scales));
+#pragma GCC unroll 8
+    for (int r = 0; r < kTileRows; ++r) {
+      rows[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bias_base + index[r] * kSize));
+    }
+    transpose8x8(rows, reinterpret_cast<__m256i*>(biases));
+  } else {
+    __m256i rows[kTileRows], groups[kChunkGroups];
+#pragma GCC unroll 8
+    for (int r = 0; r < kTileRows; ++r) {
+      rows[r] = _mm256_inserti128_si256(
+          _mm256_castsi128_si256(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(scale_base + index[r] * kSize))),
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(bias_base + index[r] * kSize)), 1);
+    }
+    transpose8x8_words(rows, groups);
+#pragma GCC unroll 8
+    for (int g = 0; g < kChunkGroups; ++g) {
+      __m256 scale, bias;
+      if constexpr (D == DType::F16) {
+        scale = _mm256_cvtph_ps(_mm256_castsi256_si128(groups[g]));
+        bias = _mm256_cvtph_ps(_mm256_extracti128_si256(groups[g], 1));
+      } else {
+        // A bf16 value is the high half of its fp32 value: interleaving zero words below widens.
+        const __m256i low = _mm256_unpacklo_epi16(_mm256_setzero_si256(), groups[g]);
+        const __m256i high = _mm256_unpackhi_epi16(_mm256_setzero_si256(), groups[g]);
+        scale = _mm256_castsi256_ps(_mm256_permute2x128_si256(low, high, 0x20));
+        bias = _mm256_castsi256_ps(_mm256_permute2x128_si256(low, high, 0x31));
+      }
+      _mm256_store_ps(scales[g], scale);
+      _mm256_store_ps(biases[g], bias);
+    }
+  }
+}
+
+// transpose_tile_values near the end of the tensor of `total` values: the values that exist are
+// copied to a zeroed buffer first. Out of line, so that the common path does not clear the buffer.
+template <DType D>
+__attribute__((noinline)) void transpose_tile_values_near_end(const QuantMatrix& w,
+                                                              const int64_t* first_group,
+                                                              int64_t total,
+                                                              float (*scales)[kTileRows],
+                                                              float (*biases)[kTileRows]) {
+  constexpr int64_t kSize = D == DType::F32 ? 4 : 2;
+  alignas(32) uint8_t near_end[2][kTileRows * 8 * kSize] = {};
+  int64_t index[kTileRows];
+  for (int r = 0; r < kTileRows; ++r) {
+    const auto bytes = static_cast<size_t>(std::min<int64_t>(8, total - first_group[r]) * kSize);
+    std::memcpy(near_end[0] + r * 8 * kSize, w.scales + first_group[r] * kSize, bytes);
+    std::memcpy(near_end[1] + r * 8 * kSize, w.biases + first_group[r] * kSize, bytes);
+    index[r] = r * 8;
+  }
+  transpose_tile_values<D>(near_end[0], near_end[1], index, scales, biases);
+}
+
+// The tile's scales and biases of groups first_group[r] + g, g < 8 (values past a row's end are
+// whatever follows and never used); `in_bounds`: all of them lie inside the tensor.
+template <DType D>
+void load_tile_values_typed(const QuantMatrix& w, const int64_t* first_group, int64_t total,
+                            bool in_bounds, float (*scales)[kTileRows],
+                            float (*biases)[kTileRows]) {
+  if (in_bounds) return transpose_tile_values<D>(w.scales, w.biases, first_group, scales, biases);
+  transpose_tile_values_near_end<D>(w, first_group, total, scales, biases);
+}
+
+void load_tile_values(const QuantMatrix& w, const int64_t* first_group, int64_t total,
+                      bool in_bounds, float (*scales)[kTileRows], float (*biases)[kTileRows]) {
+  switch (w.scale_dtype) {
+    case DType::F32:
+      return load_tile_values_typed<DType::F32>(w, first_group, total, in_bounds, scales, biases);
+    case DType::F16:
+      return load_tile_values_typed<DType::F16>(w, first_group, total, in_bounds, scales, biases);
+    default:
+      return load_tile_values_typed<DType::BF16>(w, first_group, total, in_bounds, scales, biases);
+  }
+}
+
+// The next tile's codes are prefetched into L2 in step with the current tile's progress, in
+// memory order: the tile's rows are contiguous, so the prefetches form one sequential stream,
+// where fetching each row's next chunk (8 short interleaved streams) left the memory idle between
+// them. Measured on Zen 3 (quant_bench, 2 threads): the 6-of-128 expert gather went from 5.7 to
+// 8.9 GB/s and a 4096 x 4096 matrix from 9.3 to 10.4 GB/s; two tiles ahead, or further in bytes,
+// was slower, and the L1 and non-temporal hints were within noise.
+constexpr int kPrefetchTilesAhead = 1;
+
+// Output rows [row0, row0 + rows) (rows <= 8) against activation rows [i0, i1) (at most
+// kActivationBlockRows). Lanes past `rows` repeat row row0 and are not stored. A single activation
+// row multiplies codes straight from registers; more share the codes through an L1 buffer.
+template <int Bits, int BlocksPerGroup>
+void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t i1) {
+  constexpr int kVectors = kCodeVectors<Bits>;
+  constexpr int64_t group = BlocksPerGroup * kInt8Block;
+  const QuantMatrix& w = *task.w;
+  const int64_t groups = w.cols / group;
+  const int64_t total_groups = w.experts * w.rows * groups;
+  const int64_t row_bytes = w.cols * Bits / 8;
+  const bool single = i1 - i0 == 1;
+  const uint8_t* packed[kTileRows];
+  int64_t first_group[kTileRows];
+  for (int r = 0; r < kTileRows; ++r) {
+    const int64_t stored_row = task.expert * w.rows + row0 + (r < rows ? r : 0);
+    packed[r] = w.packed + stored_row * row_bytes;
+    first_group[r] = stored_row * groups;
+  }
+  const uint8_t* ahead = packed[0] + kPrefetchTilesAhead * kTileRows * row_bytes;
+  {
+    // The scales and biases of the tile as far ahead (kTileRows rows of `groups` values each).
+    const int64_t size = w.scale_dtype == DType::F32 ? 4 : 2;
+    const int64_t offset = (first_group[0] + kPrefetchTilesAhead * kTileRows * groups) * size;
+    for (int64_t line = 0; line < kTileRows * groups * size; line += 64) {
+      __builtin_prefetch(w.scales + offset + line, 0, 1);
+      __builtin_prefetch(w.biases + offset + line, 0, 1);
+    }
+  }
+  constexpr int64_t kChunkColumns = kChunkGroups * group;
+  __m256i codes[kChunkGroups * BlocksPerGroup][kSteps<Bits>];
+  // Word codes: one activation row's chunk widened to int16.
+  alignas(32) int16_t widened[kByteCodes<Bits> ? 1 : kChunkColumns];
+  alignas(32) float scales[kChunkGroups][kTileRows];
+  alignas(32) float biases[kChunkGroups][kTileRows];
+  alignas(32) float acc[kActivationBlockRows][kTileRows];
+  alignas(32) float bias_acc[kActivationBlockRows][kTileRows];
+  for (int64_t i = 0; i < i1 - i0; ++i) {
+    _mm256_store_ps(acc[i], _mm256_setzero_ps());
+    _mm256_store_ps(bias_acc[i], _mm256_setzero_ps());
+  }
+  for (int64_t c0 = 0; c0 < w.cols; c0 += kChunkColumns) {
+    const int64_t columns = std::min(kChunkColumns, w.cols - c0);
+    const int64_t blocks = columns / kInt8Block;
+    const int64_t chunk_groups = columns / group;
+    const int64_t g0 = c0 / group;
+    const uint8_t* ahead_chunk = ahead + kTileRows * c0 * Bits / 8;
+    for (int64_t line = 0; line < kTileRows * columns * Bits / 8; line += 64) {
+      __builtin_prefetch(ahead_chunk + line, 0, 1);
+    }
+    if (!single) {
+      for (int64_t b = 0; b < blocks; ++b) {
+        unpack_interleaved<Bits>(packed, (c0 + b * kInt8Block) * Bits / 8, codes[b]);
+      }
+    }
+    int64_t chunk_first[kTileRows];
+    for (int r = 0; r < kTileRows; ++r) chunk_first[r] = first_group[r] + g0;
+    // Lanes past `rows` repeat row row0, so the last row's values are the furthest.
+    const bool in_bounds = chunk_first[rows - 1] + kChunkGroups <= total_groups;
+    load_tile_values(w, chunk_first, total_groups, in_bounds, scales, biases);
+    for (int64_t i = i0; i < i1; ++i) {
+      const int8_t* x8 = task.x8[i] + c0;
+      const float* d = task.block_scales[i] + c0 / kInt8Block;
+      const float* xsums = task.xsums[i] + g0;
+      if constexpr (!kByteCodes<Bits>) {
+        if (!single) {
+          for (int64_t k = 0; k < columns; k += 16) {
+            _mm256_store_si256(
+                reinterpret_cast<__m256i*>(widened + k),
+                _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x8 + k))));
+          }
+        }
+      }
+      // The block's 8 rows' sums: codes unpacked here, or interleaved in the buffer.
+      auto sums = [&](int64_t b) __attribute__((always_inline)) {
+        if (single) {
+          __m256i q[kTileRows * kVectors];
+#pragma GCC unroll 8
+          for (int r = 0; r < kTileRows; ++r) {
+            unpack_block<Bits>(packed[r] + (c0 + b * kInt8Block) * Bits / 8, q + r * kVectors);
+          }
+          return _mm256_cvtepi32_ps(block_sums<Bits>(q, x8 + b * kInt8Block));
+        }
+        if constexpr (kByteCodes<Bits>) {
+          return _mm256_cvtepi32_ps(interleaved_sums<Bits>(codes[b], x8 + b * kInt8Block));
+        } else {
+          return _mm256_cvtepi32_ps(interleaved_sums<Bits>(codes[b], widened + b * kInt8Block));
+        }
+      };
+      __m256 sum = _mm256_load_ps(acc[i - i0]);
+      __m256 bias = _mm256_load_ps(bias_acc[i - i0]);
+      for (int64_t g = 0; g < chunk_groups; ++g) {
+        const int64_t b0 = g * BlocksPerGroup;
+        __m256 t = _mm256_mul_ps(_mm256_set1_ps(d[b0]), sums(b0));
+#pragma GCC unroll 4
+        for (int64_t b = b0 + 1; b < b0 + BlocksPerGroup; ++b) {
+          t = _mm256_fmadd_ps(_mm256_set1_ps(d[b]), sums(b), t);
+        }
+        sum = _mm256_fmadd_ps(_mm256_load_ps(scales[g]), t, sum);
+        bias = _mm256_fmadd_ps(_mm256_load_ps(biases[g]), _mm256_set1_ps(xsums[g]), bias);
+      }
+      _mm256_store_ps(acc[i - i0], sum);
+      _mm256_store_ps(bias_acc[i - i0], bias);
+    }
+  }
+  for (int64_t i = i0; i < i1; ++i) {
+    alignas(32) float y[kTileRows];
+    _mm256_store_ps(y,
+                    _mm256_add_ps(_mm256_load_ps(acc[i - i0]), _mm256_load_ps(bias_acc[i - i0])));
+    for (int r = 0; r < rows; ++r) task.y[i][row0 + r] = y[r];
+  }
+}
+
+template <int Bits, int BlocksPerGroup>
+void int8_rows_grouped(const Int8Task& task, int64_t row_begin, int64_t row_end) {
+  for (int64_t i0 = 0; i0 < task.m; i0 += kActivationBlockRows) {
+    const int64_t i1 = std::min(task.m, i0 + kActivationBlockRows);
+    for (int64_t row = row_begin; row < row_end; row += kTileRows) {
+      const int rows = static_cast<int>(std::min<int64_t>(kTileRows, row_end - row));
+      int8_tile<Bits, BlocksPerGroup>(task, row, rows, i0, i1);
+    }
+  }
+}
+
+template <int Bits>
+void int8_rows_typed(const Int8Task& task, int64_t row_begin, int64_t row_end) {
+  switch (task.w->format.group_size) {
+    case 32:
+      return int8_rows_grouped<Bits, 1>(task, row_begin, row_end);
+    case 64:
+      return int8_rows_grouped<Bits, 2>(task, row_begin, row_end);
+    default:
+      return int8_rows_grouped<Bits, 4>(task, row_begin, row_end);
+  }
+}
+
+void int8_rows_any(const Int8Task& task, int64_t row_begin, int64_t row_end) {
+  switch (task.w->format.bits) {
+    case 2:
+      return int8_rows_typed<2>(task, row_begin, row_end);
+    case 3:
+      return int8_rows_typed<3>(task, row_begin, row_end);
+    case 4:
+      return int8_rows_typed<4>(task, row_begin, row_end);
+    case 5:
+      return int8_rows_typed<5>(task, row_begin, row_end);
+    case 6:
+      return int8_rows_typed<6>(task, row_begin, row_end);
+    case 8:
+      return int8_rows_typed<8>(task, row_begin, row_end);
+  }
+}
+
+}  // namespace
+}  // namespace dspark::kernels::cpu
