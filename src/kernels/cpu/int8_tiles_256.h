@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/cpu/int8_dispatch.h"
 #include "kernels/cpu/quant_impl.h"
 #include "kernels/cpu/unaligned_loads.h"
 #include "tensor/dtype.h"
@@ -551,44 +552,12 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
   }
 }
 
-template <int Bits, int BlocksPerGroup>
-void int8_rows_grouped(const Int8Task& task, int64_t row_begin, int64_t row_end) {
-  for (int64_t i0 = 0; i0 < task.m; i0 += kActivationBlockRows) {
-    const int64_t i1 = std::min(task.m, i0 + kActivationBlockRows);
-    for (int64_t row = row_begin; row < row_end; row += kTileRows) {
-      const int rows = static_cast<int>(std::min<int64_t>(kTileRows, row_end - row));
-      int8_tile<Bits, BlocksPerGroup>(task, row, rows, i0, i1);
-    }
-  }
-}
-
-template <int Bits>
-void int8_rows_typed(const Int8Task& task, int64_t row_begin, int64_t row_end) {
-  switch (task.w->format.group_size) {
-    case 32:
-      return int8_rows_grouped<Bits, 1>(task, row_begin, row_end);
-    case 64:
-      return int8_rows_grouped<Bits, 2>(task, row_begin, row_end);
-    default:
-      return int8_rows_grouped<Bits, 4>(task, row_begin, row_end);
-  }
-}
-
 void int8_rows_any(const Int8Task& task, int64_t row_begin, int64_t row_end) {
-  switch (task.w->format.bits) {
-    case 2:
-      return int8_rows_typed<2>(task, row_begin, row_end);
-    case 3:
-      return int8_rows_typed<3>(task, row_begin, row_end);
-    case 4:
-      return int8_rows_typed<4>(task, row_begin, row_end);
-    case 5:
-      return int8_rows_typed<5>(task, row_begin, row_end);
-    case 6:
-      return int8_rows_typed<6>(task, row_begin, row_end);
-    case 8:
-      return int8_rows_typed<8>(task, row_begin, row_end);
-  }
+  for_each_int8_tile<kTileRows, kActivationBlockRows>(
+      task, row_begin, row_end,
+      [&]<int Bits, int Blocks>(int64_t row, int rows, int64_t i0, int64_t i1) {
+        int8_tile<Bits, Blocks>(task, row, rows, i0, i1);
+      });
 }
 
 }  // namespace
