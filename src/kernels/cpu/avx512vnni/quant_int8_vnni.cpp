@@ -100,6 +100,13 @@ __m256i unpack_row_block(const uint8_t* p) {
   }
 }
 
+// A vector of 4 128-bit lanes, lane l from lane_l.
+__attribute__((always_inline)) inline __m512i four_lanes(__m128i lane0, __m128i lane1,
+                                                         __m128i lane2, __m128i lane3) {
+  const __m512i low = _mm512_inserti32x4(_mm512_castsi128_si512(lane0), lane1, 1);
+  return _mm512_inserti32x4(_mm512_inserti32x4(low, lane2, 2), lane3, 3);
+}
+
 // steps[s] dword r = rows[r] dword s, for 16 rows of 8 dwords: rows r and r + 8 share a vector,
 // and each 256-bit half goes through an 8 x 8 transpose.
 __attribute__((always_inline)) inline void interleave16(const __m256i* rows, __m512i* steps) {
@@ -140,16 +147,12 @@ __attribute__((always_inline)) inline void unpack_interleaved(const uint8_t* con
     // 4 dwords of 8 codes), a 4 x 4 dword transpose per lane puts dword s of rows 4l .. 4l+3 into
     // lane l of vector s, and the low and high nibbles of vector s are steps s and s + 4.
     __m512i a[4];
+    const auto row_bytes = [&](int r) {
+      return _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed[r] + offset));
+    };
 #pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
-      a[k] = _mm512_castsi128_si512(
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed[k] + offset)));
-#pragma GCC unroll 3
-      for (int lane = 1; lane < 4; ++lane) {
-        a[k] = _mm512_inserti32x4(
-            a[k], _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed[k + 4 * lane] + offset)),
-            lane);
-      }
+      a[k] = four_lanes(row_bytes(k), row_bytes(k + 4), row_bytes(k + 8), row_bytes(k + 12));
     }
     const __m512i t0 = _mm512_unpacklo_epi32(a[0], a[1]), t1 = _mm512_unpackhi_epi32(a[0], a[1]);
     const __m512i t2 = _mm512_unpacklo_epi32(a[2], a[3]), t3 = _mm512_unpackhi_epi32(a[2], a[3]);
@@ -217,14 +220,12 @@ void load_tile_values(const uint8_t* scale_base, const uint8_t* bias_base,
     } else {
       // a[k], 128-bit lane l: the 8 values of row 4l + k.
       __m512i a[4];
+      const auto row_values = [&](int r) {
+        return load_words<InBounds>(mask, base + chunk_first[r] * 2);
+      };
 #pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) {
-        a[k] = _mm512_castsi128_si512(load_words<InBounds>(mask, base + chunk_first[k] * 2));
-#pragma GCC unroll 3
-        for (int lane = 1; lane < 4; ++lane) {
-          a[k] = _mm512_inserti32x4(
-              a[k], load_words<InBounds>(mask, base + chunk_first[k + 4 * lane] * 2), lane);
-        }
+        a[k] = four_lanes(row_values(k), row_values(k + 4), row_values(k + 8), row_values(k + 12));
       }
       const __m512i low01 = _mm512_unpacklo_epi16(a[0], a[1]);
       const __m512i high01 = _mm512_unpackhi_epi16(a[0], a[1]);
