@@ -47,12 +47,6 @@ constexpr int64_t kActivationBlockRows = 64;
 template <int Bits>
 constexpr bool kByteCodes = Bits == 2 || Bits == 4;
 
-uint64_t load_u64(const uint8_t* p) {
-  uint64_t value;
-  std::memcpy(&value, p, 8);
-  return value;
-}
-
 // 16 codes of 3, 5 or 6 bits span 2·Bits bytes. Word e of the shuffle (both 128-bit lanes hold the
 // same bytes; lane 1 serves codes 8-15) gathers the two bytes holding code e; multiplying by
 // 2^(8 - offset) and shifting right by 8 leaves the code's bits at the bottom.

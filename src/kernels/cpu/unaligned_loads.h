@@ -12,6 +12,12 @@ static inline uint32_t load_u32(const uint8_t* p) {
   return value;
 }
 
+static inline uint64_t load_u64(const uint8_t* p) {
+  uint64_t value;
+  std::memcpy(&value, p, 8);
+  return value;
+}
+
 static inline uint16_t load_u16(const uint8_t* p) {
   uint16_t value;
   std::memcpy(&value, p, 2);

@@ -37,12 +37,6 @@ constexpr int64_t kActivationBlockRows = 64;
 // Dwords of 4 codes in a block of 32.
 constexpr int kSteps = 8;
 
-uint64_t load_u64(const uint8_t* p) {
-  uint64_t value;
-  std::memcpy(&value, p, 8);
-  return value;
-}
-
 // 3, 5 and 6 bits: codes 0-15 of a block span the 2·Bits bytes at p and codes 16-31 the 2·Bits
 // bytes after them; each is broadcast to two 128-bit lanes, so that lane L serves codes
 // 8L .. 8L+7. Word k of lane L gathers the two bytes holding its code, and a variable shift drops
