@@ -29,6 +29,30 @@ void relu_squared(float* x, int64_t n);
 // log(1 + exp(x)) without overflow.
 float softplus(float x);
 
+// The element-wise steps of the model files, each with one fixed arithmetic per element, so a
+// backend reproduces them bit for bit (these definitions are the scalar reference).
+// In place: x ← x + y (a residual add).
+void add_in_place(float* x, const float* y, int64_t n);
+// In place: x ← x · s.
+void scale_in_place(float* x, int64_t n, float s);
+// In place: gate ← silu(gate) · up (the middle of a SwiGLU MLP).
+void swiglu(float* gate, const float* up, int64_t n);
+// In place: x ← x · sigmoid(gate) (a gated attention output).
+void sigmoid_gate(float* x, const float* gate, int64_t n);
+// Mamba-2 step sizes (docs/model-math.md §3.4): dt[t, h] = clamp(softplus(raw[t · raw_stride + h]
+// + bias[h]), dt_min, dt_max) for `rows` rows of `heads` values.
+void mamba_step_sizes(const float* raw, int64_t raw_stride, int64_t rows, int64_t heads,
+                      const float* bias, float dt_min, float dt_max, float* dt);
+// Mamba-2's gated RMSNorm, gate before the norm (§3.5): out = silu(z) · y, normalised over each
+// of `groups` groups of dim / groups values, times weight [dim]. z has row stride z_stride; y and
+// out are [rows, dim]; out may alias y.
+void gated_rms_norm(const float* z, int64_t z_stride, const float* y, int64_t rows, int64_t dim,
+                    int64_t groups, const float* weight, float eps, float* out);
+// The MoE combine (§5): out[t] = Σ_k weights[t·top_k + k] · expert_out[t·top_k + k], summed in
+// ascending k from zero. expert_out: [rows · top_k, dim]; out: [rows, dim].
+void moe_combine(const float* expert_out, const float* weights, int64_t rows, int64_t top_k,
+                 int64_t dim, float* out);
+
 // Rotary position embedding over `rows` rows of `heads` heads of `head_dim` values. Row r sits at
 // position first_position + r; pair i (i < rotary_dim/2) turns by angle
 // (position · position_scale) · inv_freq[i], computed in fp32. Non-traditional ("rotate half")

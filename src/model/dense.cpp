@@ -2,21 +2,16 @@
 // head). docs/model-math.md §12: pre-norm attention with rotary embeddings (rotate-half,
 // fp32 angles, rope_scaling none / linear / llama3 / yarn), SwiGLU MLP, tied or untied output.
 #include <cmath>
-#include <cstring>
 #include <numbers>
 
 #include "base/error.h"
 #include "kernels/ops.h"
 #include "model/architectures.h"
 #include "model/loader.h"
+#include "model/qwen3_block.h"
 
 namespace dspark {
 namespace {
-
-float* grow(std::vector<float>& buffer, int64_t n) {
-  if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(n);
-  return buffer.data();
-}
 
 struct DenseConfig {
   std::string model_type;
@@ -262,55 +257,17 @@ StateLayout DenseTransformer::state_layout() const {
 void DenseTransformer::run_layer(int64_t index, float* hidden, int64_t n,
                                  const std::vector<RowSpan>& spans) const {
   const DenseLayer& layer = layers_[index];
-  const int64_t H = c_.hidden, hd = c_.head_dim;
-  const int64_t q_width = c_.heads * hd, kv_width = c_.kv_heads * hd;
-  thread_local std::vector<float> xn_b, q_b, k_b, v_b, o_b, out_b, gate_b, up_b;
-  float* xn = grow(xn_b, n * H);
-  float* q = grow(q_b, n * q_width);
-  float* k = grow(k_b, n * kv_width);
-  float* v = grow(v_b, n * kv_width);
-  float* o = grow(o_b, n * q_width);
-  float* out = grow(out_b, n * H);
-
-  kernels::rms_norm(hidden, n, H, layer.input_norm.data(), c_.eps, xn);
-  layer.q_proj.apply(xn, n, q);
-  layer.k_proj.apply(xn, n, k);
-  layer.v_proj.apply(xn, n, v);
-  if (c_.qk_norm) {
-    kernels::rms_norm(q, n * c_.heads, hd, layer.q_norm.data(), c_.eps, q);
-    kernels::rms_norm(k, n * c_.kv_heads, hd, layer.k_norm.data(), c_.eps, k);
-  }
-  if (c_.rope_magnitude != 1.0f) {
-    for (int64_t i = 0; i < n * q_width; ++i) q[i] *= c_.rope_magnitude;
-    for (int64_t i = 0; i < n * kv_width; ++i) k[i] *= c_.rope_magnitude;
-  }
-  kernels::RopeSpec rope{c_.inv_freq.data(), hd, c_.rope_traditional, c_.position_scale};
-  for (const RowSpan& span : spans) {
-    ModelState& state = *span.state;
-    const int64_t past = state.length();
-    float* span_q = q + span.first * q_width;
-    float* keys = state.keys(index) + past * kv_width;
-    std::memcpy(keys, k + span.first * kv_width, span.rows * kv_width * sizeof(float));
-    std::memcpy(state.values(index) + past * kv_width, v + span.first * kv_width,
-                span.rows * kv_width * sizeof(float));
-    kernels::rope(span_q, span.rows, c_.heads, hd, past, rope);
-    kernels::rope(keys, span.rows, c_.kv_heads, hd, past, rope);
-    kernels::causal_attention(span_q, span.rows, c_.heads, c_.kv_heads, hd, state.keys(index),
-                              state.values(index), past, 1.0f / std::sqrt(static_cast<float>(hd)),
-                              o + span.first * q_width);
-  }
-  layer.o_proj.apply(o, n, out);
-  for (int64_t i = 0; i < n * H; ++i) hidden[i] += out[i];
-
-  float* gate = grow(gate_b, n * c_.intermediate);
-  float* up = grow(up_b, n * c_.intermediate);
-  kernels::rms_norm(hidden, n, H, layer.post_attention_norm.data(), c_.eps, xn);
-  layer.gate_proj.apply(xn, n, gate);
-  layer.up_proj.apply(xn, n, up);
-  kernels::silu(gate, n * c_.intermediate);
-  for (int64_t i = 0; i < n * c_.intermediate; ++i) gate[i] *= up[i];
-  layer.down_proj.apply(gate, n, out);
-  for (int64_t i = 0; i < n * H; ++i) hidden[i] += out[i];
+  const Qwen3BlockWeights weights{
+      layer.input_norm.data(),
+      layer.post_attention_norm.data(),
+      {&layer.q_proj, &layer.k_proj, &layer.v_proj, &layer.o_proj,
+       c_.qk_norm ? layer.q_norm.data() : nullptr, c_.qk_norm ? layer.k_norm.data() : nullptr},
+      {&layer.gate_proj, &layer.up_proj, &layer.down_proj}};
+  const AttentionShape shape{c_.heads, c_.kv_heads, c_.head_dim, c_.eps, false, c_.rope_magnitude};
+  const kernels::RopeSpec rope{c_.inv_freq.data(), c_.head_dim, c_.rope_traditional,
+                               c_.position_scale};
+  qwen3_block(weights, shape, c_.hidden, c_.eps, hidden, n,
+              cached_attention(shape, index, spans, &rope));
 }
 
 int64_t DenseTransformer::layer_decode_weight_bytes(int64_t index) const {

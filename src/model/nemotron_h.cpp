@@ -13,6 +13,7 @@
 #include "kernels/ops.h"
 #include "model/architectures.h"
 #include "model/loader.h"
+#include "model/qwen3_block.h"
 
 namespace dspark {
 namespace {
@@ -466,7 +467,7 @@ void NemotronH::run_layer(int64_t index, float* hidden, int64_t n,
       break;
     }
   }
-  for (int64_t i = 0; i < n * H; ++i) hidden[i] += mixed[i];
+  kernels::add_in_place(hidden, mixed, n * H);
 }
 
 // §3.2–§3.5.
@@ -500,12 +501,9 @@ void NemotronH::mamba(const MambaMixer& m, const float* xn, int64_t n,
     std::memcpy(x + t * di, u, di * sizeof(float));
     std::memcpy(B + t * G * N, u + di, G * N * sizeof(float));
     std::memcpy(C + t * G * N, u + di + G * N, G * N * sizeof(float));
-    const float* dt_raw = proj + t * width + di + cd;
-    for (int64_t h = 0; h < heads; ++h) {
-      const float value = kernels::softplus(dt_raw[h] + m.dt_bias[h]);
-      dt[t * heads + h] = std::clamp(value, c_.dt_min, c_.dt_max);
-    }
   }
+  kernels::mamba_step_sizes(proj + di + cd, width, n, heads, m.dt_bias.data(), c_.dt_min, c_.dt_max,
+                            dt);
   for (const RowSpan& span : spans) {
     ModelState& state = *span.state;
     const int64_t t0 = span.first, t1 = span.first + span.rows;
@@ -525,47 +523,17 @@ void NemotronH::mamba(const MambaMixer& m, const float* xn, int64_t n,
                             B + t0 * G * N, C + t0 * G * N, dt + t0 * heads, m.A.data(), m.D.data(),
                             span.rows, y + t0 * di);
   }
-  // Gated RMSNorm, gate before the norm, per group of d_inner / n_groups (§3.5).
-  float* gated = x;  // x is no longer needed
-  for (int64_t t = 0; t < n; ++t) {
-    std::memcpy(gated + t * di, proj + t * width, di * sizeof(float));
-  }
-  kernels::silu(gated, n * di);
-  for (int64_t i = 0; i < n * di; ++i) gated[i] *= y[i];
-  kernels::rms_norm(gated, n * G, di / G, nullptr, c_.eps, gated);
-  for (int64_t t = 0; t < n; ++t) {
-    float* row = gated + t * di;
-    for (int64_t i = 0; i < di; ++i) row[i] *= m.norm_weight[i];
-  }
-  m.out_proj.apply(gated, n, out);
+  // z is the first d_inner values of each projected row.
+  kernels::gated_rms_norm(proj, width, y, n, di, G, m.norm_weight.data(), c_.eps, y);
+  m.out_proj.apply(y, n, out);
 }
 
 // §4: GQA without positional encoding.
 void NemotronH::attention(const AttentionMixer& a, const float* xn, int64_t n,
                           const std::vector<RowSpan>& spans, float* out) const {
-  const int64_t q_width = c_.heads * c_.head_dim, kv_width = c_.kv_heads * c_.head_dim;
-  thread_local std::vector<float> q_b, k_b, v_b, o_b;
-  float* q = grow(q_b, n * q_width);
-  float* k = grow(k_b, n * kv_width);
-  float* v = grow(v_b, n * kv_width);
-  float* o = grow(o_b, n * q_width);
-  a.q_proj.apply(xn, n, q);
-  a.k_proj.apply(xn, n, k);
-  a.v_proj.apply(xn, n, v);
-  for (const RowSpan& span : spans) {
-    ModelState& state = *span.state;
-    const int64_t past = state.length();
-    float* keys = state.keys(a.index);
-    float* values = state.values(a.index);
-    std::memcpy(keys + past * kv_width, k + span.first * kv_width,
-                span.rows * kv_width * sizeof(float));
-    std::memcpy(values + past * kv_width, v + span.first * kv_width,
-                span.rows * kv_width * sizeof(float));
-    kernels::causal_attention(
-        q + span.first * q_width, span.rows, c_.heads, c_.kv_heads, c_.head_dim, keys, values, past,
-        1.0f / std::sqrt(static_cast<float>(c_.head_dim)), o + span.first * q_width);
-  }
-  a.o_proj.apply(o, n, out);
+  const AttentionShape shape{c_.heads, c_.kv_heads, c_.head_dim, c_.eps};
+  attention_mixer({&a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj}, shape, xn, n,
+                  cached_attention(shape, a.index, spans, nullptr), out);
 }
 
 void NemotronH::relu2_mlp(const LinearWeights& up, const LinearWeights& down, const float* x,
@@ -602,7 +570,7 @@ void NemotronH::moe(int64_t layer, const MoeMixer& e, const float* xn, int64_t n
     e.latent_in.apply(xn, n, latent.data());
     expert_input = latent.data();
   }
-  std::vector<float> routed(n * expert_in, 0.0f);
+  std::vector<float> routed(n * expert_in);
   const int64_t batch = std::max<int64_t>(1, kMaxExpertRowsPerBatch / K);
   std::vector<float> repeated, mid, expert_out;
   for (int64_t first = 0; first < n; first += batch) {
@@ -620,14 +588,8 @@ void NemotronH::moe(int64_t layer, const MoeMixer& e, const float* xn, int64_t n
     e.up.apply(repeated.data(), rows * K, batch_ids, mid.data());
     kernels::relu_squared(mid.data(), rows * K * I);
     e.down.apply(mid.data(), rows * K, batch_ids, expert_out.data());
-    for (int64_t t = 0; t < rows; ++t) {
-      float* y = routed.data() + (first + t) * expert_in;
-      for (int64_t k = 0; k < K; ++k) {
-        const float weight = weights[(first + t) * K + k];
-        const float* v = expert_out.data() + (t * K + k) * expert_in;
-        for (int64_t i = 0; i < expert_in; ++i) y[i] += weight * v[i];
-      }
-    }
+    kernels::moe_combine(expert_out.data(), weights.data() + first * K, rows, K, expert_in,
+                         routed.data() + first * expert_in);
   }
   if (c_.latent > 0) {
     e.latent_out.apply(routed.data(), n, out);
@@ -637,7 +599,7 @@ void NemotronH::moe(int64_t layer, const MoeMixer& e, const float* xn, int64_t n
   if (c_.shared_expert) {
     std::vector<float> shared(n * H);
     relu2_mlp(e.shared_up, e.shared_down, xn, n, shared.data());
-    for (int64_t i = 0; i < n * H; ++i) out[i] += shared[i];
+    kernels::add_in_place(out, shared.data(), n * H);
   }
 }
 

@@ -6,6 +6,7 @@
 #include "base/error.h"
 #include "base/thread_pool.h"
 #include "kernels/ops.h"
+#include "model/qwen3_block.h"
 
 namespace dspark {
 namespace {
@@ -161,32 +162,19 @@ void DrafterBackbone::truncate_context(int64_t rows, DrafterContext& context) co
 void DrafterBackbone::run_block(const float* embedded, int64_t width, const DrafterContext& context,
                                 float* hidden) const {
   const BackboneConfig& c = config_;
-  const int64_t H = c.hidden, hd = c.head_dim, I = c.intermediate;
-  const int64_t q_width = c.heads * hd, kv_width = c.kv_heads * hd;
+  const int64_t H = c.hidden, hd = c.head_dim;
   const int64_t p = context.length;
-  std::vector<float> x(embedded, embedded + width * H), a(width * H), out(width * H);
-  std::vector<float> projected(width * q_width * (c.gated_q ? 2 : 1)), q(width * q_width),
-      gate(c.gated_q ? width * q_width : 0), o(width * q_width), k(width * kv_width),
-      v(width * kv_width), mlp_gate(width * I), mlp_up(width * I);
+  std::vector<float> x(embedded, embedded + width * H);
   const kernels::RopeSpec rope{inv_freq_.data(), c.rope_dims, c.rope_traditional, 1.0f};
+  const AttentionShape shape{c.heads, c.kv_heads, hd, c.eps, c.gated_q};
   for (int64_t l = 0; l < c.layers; ++l) {
     const Layer& layer = layers_[l];
-    kernels::rms_norm(x.data(), width, H, layer.input_norm.data(), c.eps, a.data());
-    layer.q_proj->weights.apply(a.data(), width, projected.data());
-    if (c.gated_q) {
-      // Per head [q | gate]: the gate is not normed.
-      for (int64_t r = 0; r < width * c.heads; ++r) {
-        std::copy_n(projected.data() + r * 2 * hd, hd, q.data() + r * hd);
-        std::copy_n(projected.data() + r * 2 * hd + hd, hd, gate.data() + r * hd);
-      }
-    } else {
-      q.assign(projected.begin(), projected.end());
-    }
-    kernels::rms_norm(q.data(), width * c.heads, hd, layer.q_norm.data(), c.eps, q.data());
-    kernels::rope(q.data(), width, c.heads, hd, p, rope);
-    layer.k_proj->weights.apply(a.data(), width, k.data());
-    layer.v_proj->weights.apply(a.data(), width, v.data());
-    project_keys(layer, k.data(), width, p);
+    const Qwen3BlockWeights weights{
+        layer.input_norm.data(),
+        layer.post_attention_norm.data(),
+        {&layer.q_proj->weights, &layer.k_proj->weights, &layer.v_proj->weights,
+         &layer.o_proj->weights, layer.q_norm.data(), layer.k_norm.data()},
+        {&layer.gate_proj->weights, &layer.up_proj->weights, &layer.down_proj->weights}};
     const BlockAttention attention{c.heads,
                                    c.kv_heads,
                                    hd,
@@ -194,20 +182,15 @@ void DrafterBackbone::run_block(const float* embedded, int64_t width, const Draf
                                    c.window[l],
                                    1.0f / std::sqrt(static_cast<float>(hd)),
                                    layer.sinks.empty() ? nullptr : layer.sinks.data()};
-    block_attention(attention, q.data(), width, context.keys[l].data(), context.values[l].data(), p,
-                    k.data(), v.data(), o.data());
-    if (c.gated_q) {
-      for (int64_t i = 0; i < width * q_width; ++i) o[i] *= 1.0f / (1.0f + std::exp(-gate[i]));
-    }
-    layer.o_proj->weights.apply(o.data(), width, out.data());
-    for (int64_t i = 0; i < width * H; ++i) x[i] += out[i];
-    kernels::rms_norm(x.data(), width, H, layer.post_attention_norm.data(), c.eps, a.data());
-    layer.gate_proj->weights.apply(a.data(), width, mlp_gate.data());
-    layer.up_proj->weights.apply(a.data(), width, mlp_up.data());
-    kernels::silu(mlp_gate.data(), width * I);
-    for (int64_t i = 0; i < width * I; ++i) mlp_gate[i] *= mlp_up[i];
-    layer.down_proj->weights.apply(mlp_gate.data(), width, out.data());
-    for (int64_t i = 0; i < width * H; ++i) x[i] += out[i];
+    // The block sits at positions p ..., after the context.
+    const Attend block_over_context = [&](float* q, float* k, const float* v, int64_t rows,
+                                          float* o) {
+      kernels::rope(q, rows, c.heads, hd, p, rope);
+      kernels::rope(k, rows, c.kv_heads, hd, p, rope);
+      block_attention(attention, q, rows, context.keys[l].data(), context.values[l].data(), p, k, v,
+                      o);
+    };
+    qwen3_block(weights, shape, H, c.eps, x.data(), width, block_over_context);
   }
   kernels::rms_norm(x.data(), width, H, final_norm_.data(), c.eps, hidden);
 }

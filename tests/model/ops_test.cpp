@@ -229,6 +229,105 @@ TEST(Norm, RmsNormWithAndWithoutWeight) {
   }
 }
 
+double silu_double(double x) {
+  return x / (1.0 + std::exp(-x));
+}
+
+TEST(Elementwise, ResidualAddScaleSwigluAndSigmoidGateFollowTheirFormulas) {
+  const std::vector<float> a = random_vector(101, 21, 3.0f), b = random_vector(101, 22, 3.0f);
+  std::vector<float> sum = a, scaled = a, gate = a, gated = a;
+  add_in_place(sum.data(), b.data(), 101);
+  scale_in_place(scaled.data(), 101, 0.75f);
+  swiglu(gate.data(), b.data(), 101);
+  sigmoid_gate(gated.data(), b.data(), 101);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(sum[i], a[i] + b[i]);
+    EXPECT_EQ(scaled[i], a[i] * 0.75f);
+    const double swiglu_ref = silu_double(a[i]) * b[i];
+    EXPECT_NEAR(gate[i], swiglu_ref, 1e-5 * (1.0 + std::fabs(swiglu_ref))) << i;
+    const double gated_ref = a[i] / (1.0 + std::exp(-static_cast<double>(b[i])));
+    EXPECT_NEAR(gated[i], gated_ref, 1e-5 * (1.0 + std::fabs(gated_ref))) << i;
+  }
+  // swiglu is silu, then the product: the model files relied on that composition before.
+  std::vector<float> composed = a;
+  silu(composed.data(), 101);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(gate[i], composed[i] * b[i]);
+}
+
+TEST(Elementwise, MambaStepSizesAreClampedSoftplusOfRawPlusBias) {
+  // Rows of 5 values of which the first 3 are the heads' raw step sizes.
+  const int64_t rows = 7, heads = 3, stride = 5;
+  const std::vector<float> raw = random_vector(rows * stride, 31, 4.0f);
+  const std::vector<float> bias = {-1.0f, 0.0f, 2.0f};
+  const float dt_min = 0.05f, dt_max = 3.0f;
+  std::vector<float> dt(rows * heads, -1.0f);
+  mamba_step_sizes(raw.data(), stride, rows, heads, bias.data(), dt_min, dt_max, dt.data());
+  int clamped = 0;
+  for (int64_t t = 0; t < rows; ++t) {
+    for (int64_t h = 0; h < heads; ++h) {
+      const double x = static_cast<double>(raw[t * stride + h]) + bias[h];
+      const double softplus_ref = std::log1p(std::exp(x));
+      const double expected =
+          std::clamp(softplus_ref, static_cast<double>(dt_min), static_cast<double>(dt_max));
+      clamped += expected != softplus_ref;
+      EXPECT_NEAR(dt[t * heads + h], expected, 1e-6 * (1.0 + expected)) << t << "," << h;
+    }
+  }
+  EXPECT_GT(clamped, 0) << "the case should reach a bound";
+}
+
+TEST(Elementwise, GatedRmsNormNormalisesEachGroupOfTheGatedValues) {
+  const int64_t rows = 3, dim = 12, groups = 3, stride = 20, size = dim / groups;
+  const std::vector<float> z = random_vector(rows * stride, 41, 2.0f);
+  const std::vector<float> y = random_vector(rows * dim, 42, 2.0f);
+  const std::vector<float> weight = random_vector(dim, 43, 1.0f, 1.0f);
+  std::vector<float> out(rows * dim), in_place = y;
+  gated_rms_norm(z.data(), stride, y.data(), rows, dim, groups, weight.data(), 1e-5f, out.data());
+  gated_rms_norm(z.data(), stride, in_place.data(), rows, dim, groups, weight.data(), 1e-5f,
+                 in_place.data());
+  EXPECT_EQ(out, in_place);
+  for (int64_t t = 0; t < rows; ++t) {
+    for (int64_t g = 0; g < groups; ++g) {
+      double gated[4], squares = 0.0;
+      for (int64_t i = 0; i < size; ++i) {
+        const int64_t c = g * size + i;
+        gated[i] = silu_double(z[t * stride + c]) * y[t * dim + c];
+        squares += gated[i] * gated[i];
+      }
+      const double inv = 1.0 / std::sqrt(squares / size + 1e-5);
+      for (int64_t i = 0; i < size; ++i) {
+        const int64_t c = g * size + i;
+        EXPECT_NEAR(out[t * dim + c], gated[i] * inv * weight[c], 1e-5) << t << "," << c;
+      }
+    }
+  }
+  EXPECT_THROW(
+      gated_rms_norm(z.data(), stride, y.data(), rows, dim, 5, weight.data(), 1e-5f, out.data()),
+      std::exception);
+}
+
+TEST(Elementwise, MoeCombineSumsWeightedExpertsInOrderAndIsRowInvariant) {
+  const int64_t rows = 5, top_k = 6, dim = 17;
+  const std::vector<float> experts = random_vector(rows * top_k * dim, 51, 3.0f);
+  const std::vector<float> weights = random_vector(rows * top_k, 52, 0.3f, 0.2f);
+  std::vector<float> out(rows * dim, 99.0f);
+  moe_combine(experts.data(), weights.data(), rows, top_k, dim, out.data());
+  for (int64_t t = 0; t < rows; ++t) {
+    std::vector<float> one(dim);
+    moe_combine(experts.data() + t * top_k * dim, weights.data() + t * top_k, 1, top_k, dim,
+                one.data());
+    for (int64_t i = 0; i < dim; ++i) {
+      EXPECT_EQ(out[t * dim + i], one[i]);
+      double expected = 0.0;
+      for (int64_t k = 0; k < top_k; ++k) {
+        expected +=
+            static_cast<double>(weights[t * top_k + k]) * experts[(t * top_k + k) * dim + i];
+      }
+      EXPECT_NEAR(out[t * dim + i], expected, 1e-5 * (1.0 + std::fabs(expected)));
+    }
+  }
+}
+
 TEST(Router, SigmoidTopKWithBiasOnlyForSelection) {
   // Expert 3 wins selection only through its correction bias; weights use unbiased scores.
   const std::vector<float> logits = {2.0f, 1.0f, 0.0f, -1.0f};

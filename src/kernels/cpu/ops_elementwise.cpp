@@ -25,8 +25,16 @@ void rms_norm(const float* x, int64_t rows, int64_t dim, const float* weight, fl
   }
 }
 
+namespace {
+
+float silu_of(float x) {
+  return x / (1.0f + std::exp(-x));
+}
+
+}  // namespace
+
 void silu(float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] = x[i] / (1.0f + std::exp(-x[i]));
+  for (int64_t i = 0; i < n; ++i) x[i] = silu_of(x[i]);
 }
 
 void relu_squared(float* x, int64_t n) {
@@ -38,6 +46,60 @@ void relu_squared(float* x, int64_t n) {
 
 float softplus(float x) {
   return std::max(x, 0.0f) + std::log1p(std::exp(-std::fabs(x)));
+}
+
+void add_in_place(float* x, const float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+void scale_in_place(float* x, int64_t n, float s) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= s;
+}
+
+void swiglu(float* gate, const float* up, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) gate[i] = silu_of(gate[i]) * up[i];
+}
+
+void sigmoid_gate(float* x, const float* gate, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= 1.0f / (1.0f + std::exp(-gate[i]));
+}
+
+void mamba_step_sizes(const float* raw, int64_t raw_stride, int64_t rows, int64_t heads,
+                      const float* bias, float dt_min, float dt_max, float* dt) {
+  for (int64_t t = 0; t < rows; ++t) {
+    for (int64_t h = 0; h < heads; ++h) {
+      dt[t * heads + h] = std::clamp(softplus(raw[t * raw_stride + h] + bias[h]), dt_min, dt_max);
+    }
+  }
+}
+
+void gated_rms_norm(const float* z, int64_t z_stride, const float* y, int64_t rows, int64_t dim,
+                    int64_t groups, const float* weight, float eps, float* out) {
+  if (groups < 1 || dim % groups != 0) {
+    fail("gated_rms_norm: {} values do not split into {} groups", dim, groups);
+  }
+  const int64_t group_size = dim / groups;
+  for (int64_t t = 0; t < rows; ++t) {
+    float* row = out + t * dim;
+    for (int64_t i = 0; i < dim; ++i) row[i] = silu_of(z[t * z_stride + i]) * y[t * dim + i];
+    for (int64_t g = 0; g < groups; ++g) {
+      rms_norm(row + g * group_size, 1, group_size, weight + g * group_size, eps,
+               row + g * group_size);
+    }
+  }
+}
+
+void moe_combine(const float* expert_out, const float* weights, int64_t rows, int64_t top_k,
+                 int64_t dim, float* out) {
+  for (int64_t t = 0; t < rows; ++t) {
+    float* y = out + t * dim;
+    std::fill(y, y + dim, 0.0f);
+    for (int64_t k = 0; k < top_k; ++k) {
+      const float weight = weights[t * top_k + k];
+      const float* v = expert_out + (t * top_k + k) * dim;
+      for (int64_t i = 0; i < dim; ++i) y[i] += weight * v[i];
+    }
+  }
 }
 
 void rope(float* x, int64_t rows, int64_t heads, int64_t head_dim, int64_t first_position,

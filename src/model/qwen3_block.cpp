@@ -1,0 +1,107 @@
+#include "model/qwen3_block.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "model/state.h"
+
+namespace dspark {
+namespace {
+
+float* grow(std::vector<float>& buffer, int64_t n) {
+  if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(n);
+  return buffer.data();
+}
+
+}  // namespace
+
+void attention_mixer(const AttentionWeights& weights, const AttentionShape& shape, const float* xn,
+                     int64_t rows, const Attend& attend, float* out) {
+  const int64_t hd = shape.head_dim;
+  const int64_t q_width = shape.heads * hd, kv_width = shape.kv_heads * hd;
+  thread_local std::vector<float> projected_b, q_b, gate_b, k_b, v_b, o_b;
+  float* q = grow(q_b, rows * q_width);
+  float* gate = nullptr;
+  if (shape.gated_q) {
+    // Per head [q | gate]; the gate is not normed.
+    float* projected = grow(projected_b, rows * 2 * q_width);
+    gate = grow(gate_b, rows * q_width);
+    weights.q_proj->apply(xn, rows, projected);
+    for (int64_t r = 0; r < rows * shape.heads; ++r) {
+      std::copy_n(projected + r * 2 * hd, hd, q + r * hd);
+      std::copy_n(projected + r * 2 * hd + hd, hd, gate + r * hd);
+    }
+  } else {
+    weights.q_proj->apply(xn, rows, q);
+  }
+  float* k = grow(k_b, rows * kv_width);
+  float* v = grow(v_b, rows * kv_width);
+  float* o = grow(o_b, rows * q_width);
+  weights.k_proj->apply(xn, rows, k);
+  weights.v_proj->apply(xn, rows, v);
+  if (weights.q_norm != nullptr) {
+    kernels::rms_norm(q, rows * shape.heads, hd, weights.q_norm, shape.eps, q);
+  }
+  if (weights.k_norm != nullptr) {
+    kernels::rms_norm(k, rows * shape.kv_heads, hd, weights.k_norm, shape.eps, k);
+  }
+  if (shape.magnitude != 1.0f) {
+    kernels::scale_in_place(q, rows * q_width, shape.magnitude);
+    kernels::scale_in_place(k, rows * kv_width, shape.magnitude);
+  }
+  attend(q, k, v, rows, o);
+  if (shape.gated_q) kernels::sigmoid_gate(o, gate, rows * q_width);
+  weights.o_proj->apply(o, rows, out);
+}
+
+void swiglu_mlp(const SwigluWeights& weights, const float* x, int64_t rows, float* out) {
+  const int64_t intermediate = weights.gate_proj->rows();
+  thread_local std::vector<float> gate_b, up_b;
+  float* gate = grow(gate_b, rows * intermediate);
+  float* up = grow(up_b, rows * intermediate);
+  weights.gate_proj->apply(x, rows, gate);
+  weights.up_proj->apply(x, rows, up);
+  kernels::swiglu(gate, up, rows * intermediate);
+  weights.down_proj->apply(gate, rows, out);
+}
+
+void qwen3_block(const Qwen3BlockWeights& weights, const AttentionShape& shape, int64_t hidden_size,
+                 float eps, float* hidden, int64_t rows, const Attend& attend) {
+  const int64_t n = rows * hidden_size;
+  thread_local std::vector<float> normed_b, out_b;
+  float* normed = grow(normed_b, n);
+  float* out = grow(out_b, n);
+  kernels::rms_norm(hidden, rows, hidden_size, weights.input_norm, eps, normed);
+  attention_mixer(weights.attention, shape, normed, rows, attend, out);
+  kernels::add_in_place(hidden, out, n);
+  kernels::rms_norm(hidden, rows, hidden_size, weights.post_attention_norm, eps, normed);
+  swiglu_mlp(weights.mlp, normed, rows, out);
+  kernels::add_in_place(hidden, out, n);
+}
+
+Attend cached_attention(const AttentionShape& shape, int64_t layer,
+                        const std::vector<RowSpan>& spans, const kernels::RopeSpec* rope) {
+  return [&shape, layer, &spans, rope](float* q, float* k, const float* v, int64_t, float* o) {
+    const int64_t hd = shape.head_dim;
+    const int64_t q_width = shape.heads * hd, kv_width = shape.kv_heads * hd;
+    for (const RowSpan& span : spans) {
+      ModelState& state = *span.state;
+      const int64_t past = state.length();
+      float* span_q = q + span.first * q_width;
+      float* keys = state.keys(layer) + past * kv_width;
+      std::memcpy(keys, k + span.first * kv_width, span.rows * kv_width * sizeof(float));
+      std::memcpy(state.values(layer) + past * kv_width, v + span.first * kv_width,
+                  span.rows * kv_width * sizeof(float));
+      if (rope != nullptr) {
+        kernels::rope(span_q, span.rows, shape.heads, hd, past, *rope);
+        kernels::rope(keys, span.rows, shape.kv_heads, hd, past, *rope);
+      }
+      kernels::causal_attention(span_q, span.rows, shape.heads, shape.kv_heads, hd,
+                                state.keys(layer), state.values(layer), past,
+                                1.0f / std::sqrt(static_cast<float>(hd)), o + span.first * q_width);
+    }
+  };
+}
+
+}  // namespace dspark

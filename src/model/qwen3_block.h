@@ -1,0 +1,73 @@
+#pragma once
+// The pre-norm attention + SwiGLU block of llama, qwen2 and qwen3 (docs/model-math.md §12), one
+// implementation for its three users:
+//   - the dense models run whole blocks over their KV cache (rotary positions per sequence);
+//   - nemotron_h's attention layers run the attention half alone (no positions, §4);
+//   - the DSpark / DFlash backbone runs whole blocks over [context ; draft block]
+//     (docs/speculative.md §11.3), with a gated query and sinks where the head has them.
+// What differs between them is only how queries meet keys, so the caller supplies that step.
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "model/model.h"
+#include "model/weights.h"
+
+namespace dspark {
+
+struct AttentionWeights {
+  const LinearWeights* q_proj = nullptr;  // with a gated query: per head [q | gate]
+  const LinearWeights* k_proj = nullptr;
+  const LinearWeights* v_proj = nullptr;
+  const LinearWeights* o_proj = nullptr;
+  const float* q_norm = nullptr;  // per-head RMSNorm weights [head_dim] (qwen3), or null
+  const float* k_norm = nullptr;
+};
+
+struct AttentionShape {
+  int64_t heads = 0;
+  int64_t kv_heads = 0;
+  int64_t head_dim = 0;
+  float eps = 1e-6f;       // of the per-head norms
+  bool gated_q = false;    // o ← o · sigmoid(gate) before o_proj
+  float magnitude = 1.0f;  // a factor on q and k after their norms (yarn's mscale)
+};
+
+// Given q [rows, heads, head_dim] and k, v [rows, kv_heads, head_dim] after the projections and
+// per-head norms, fills o [rows, heads, head_dim]: rotary embedding, any cache and the attention
+// itself. It may change q and k in place.
+using Attend = std::function<void(float* q, float* k, const float* v, int64_t rows, float* o)>;
+
+// out [rows, hidden] = o_proj(attend(q, k, v)) for the normed input xn [rows, hidden].
+void attention_mixer(const AttentionWeights& weights, const AttentionShape& shape, const float* xn,
+                     int64_t rows, const Attend& attend, float* out);
+
+struct SwigluWeights {
+  const LinearWeights* gate_proj = nullptr;
+  const LinearWeights* up_proj = nullptr;
+  const LinearWeights* down_proj = nullptr;
+};
+
+// out [rows, hidden] = down_proj(silu(gate_proj(x)) · up_proj(x)).
+void swiglu_mlp(const SwigluWeights& weights, const float* x, int64_t rows, float* out);
+
+struct Qwen3BlockWeights {
+  const float* input_norm = nullptr;
+  const float* post_attention_norm = nullptr;
+  AttentionWeights attention;
+  SwigluWeights mlp;
+};
+
+// hidden ← hidden + attention(rms(hidden)); hidden ← hidden + mlp(rms(hidden)), over `rows` rows
+// of hidden_size values; eps is the block norms' epsilon.
+void qwen3_block(const Qwen3BlockWeights& weights, const AttentionShape& shape, int64_t hidden_size,
+                 float eps, float* hidden, int64_t rows, const Attend& attend);
+
+// The Attend of a model's own KV cache: per sequence span, the rotary embedding at the sequence's
+// positions (rope null: none), the new keys and values appended to cache slot `layer`, and causal
+// attention over the whole cache.
+Attend cached_attention(const AttentionShape& shape, int64_t layer,
+                        const std::vector<RowSpan>& spans, const kernels::RopeSpec* rope);
+
+}  // namespace dspark
