@@ -4,8 +4,8 @@
 // parallel_for cuts [0, n) into chunks (multiples of `grain`) that the calling thread and the
 // workers claim from a shared counter, so a worker the OS has not scheduled yet (a busy or
 // oversubscribed machine) never stalls the loop: whoever runs takes the next chunk. Workers spin
-// briefly before sleeping, since decode issues hundreds of small parallel loops per token and a
-// futex wake costs tens of microseconds.
+// for 1 ms after a loop before they sleep, since decode issues hundreds of small parallel loops
+// per token with serial gaps between them, and a futex wake costs tens of microseconds.
 //
 // One parallel_for at a time per pool (calls are serialised); bodies must not call parallel_for
 // on the same pool.
