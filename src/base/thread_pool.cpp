@@ -21,10 +21,11 @@ inline void cpu_relax() {
 
 // How long an idle worker spins before it sleeps. The gaps between the loops of one decode step
 // (norms, sampling, detokenizing) reach hundreds of µs, and waking a sleeping worker costs a futex
-// call and tens of µs, more on a VM. Measured on the default model (2 threads, 200 tokens, AVX2
-// VM): 1,500 pauses (20-70 µs) let the worker fall asleep about 20 times per token (4,500-6,900
-// futex calls); 250 µs, 934; 1 ms, 233, and decode ran 1.22x faster (median of 8 pairs). A clock,
-// not a count of pauses, since a pause costs 10-150 cycles depending on the CPU.
+// call and tens of µs, more on a busy VM. Measured on the default model (2 threads, 200 tokens,
+// AVX2 VM): with 1,500 pauses (20-70 µs) the worker fell asleep about 20 times per token
+// (4,500-6,900 futex calls); 250 µs, 934; 1 ms, 233. Decode ran 1.22x faster in a minute when
+// the VM lost half its time to other guests (median of 8 pairs), 1.01x on the quiet VM (6 pairs).
+// A clock, not a count of pauses, since a pause costs 10-150 cycles depending on the CPU.
 constexpr auto kSpinBeforeSleep = std::chrono::microseconds(1000);
 constexpr int kPausesPerClockRead = 64;
 constexpr int kSpinBeforeYield = 200;
