@@ -276,7 +276,9 @@ def read_shards(directory):
             continue
         index = json.loads(index_path.read_text())
         H, taps, K = index["hidden"], index["taps"], index["top_k"]
-        blob = np.fromfile(index_path.with_suffix(".bin"), dtype=np.uint8)
+        # Mapped, not read: a few hundred thousand rows of taps are gigabytes, and a step touches
+        # only the sequences it draws.
+        blob = np.memmap(index_path.with_suffix(".bin"), dtype=np.uint8, mode="r")
         offset = 0
         for record in index["sequences"]:
             n = len(record["tokens"])

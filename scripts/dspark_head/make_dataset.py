@@ -3,17 +3,23 @@
 (docs/training.md).
 
     make_dataset.py PROMPTS_DIR DATA_DIR [--split train|heldout] [--limit N] [--minutes M]
-                    [--worker I/N]
+                    [--worker I/N] [--first-shard K]
 
-Shard k of a split answers prompts [k*B, (k+1)*B) of its list (train.jsonl in order, answers of
-up to 160 tokens; the held-out suites chat, code, math, every prompt greedy and the first
-HELD_OUT_SAMPLED of each suite also at temperature 1 with seed 1, up to 128 tokens) and is written
-as DATA_DIR/<split>/shard-k.{json,bin}. A shard that exists is skipped, so an interrupted
-run resumes; --minutes stops starting new shards after M minutes, --limit caps the prompts used.
---worker I/N takes only the shards k with k % N == I: on the 2-core VM two single-thread workers
-(DSPARK_THREADS=1) made 22 answer tokens/s each, 44 together, against 34-37 for one process on
-two threads (a 135M-parameter decode step splits poorly over threads). Every shard's taps are the
-CANDIDATE_TAPS layers, from which training picks its subset.
+Shard k of a split answers prompts [k*B, (k+1)*B) of its list, B = SHARD_PROMPTS of the split
+(train.jsonl in order, answers of up to 160 tokens; the held-out suites chat, code, math, every
+prompt greedy and the first HELD_OUT_SAMPLED of each suite also at temperature 1 with seed 1, up
+to 128 tokens), and is written as DATA_DIR/<split>/shard-k.{json,bin}. A shard that exists is
+skipped, so an interrupted run resumes; --minutes stops starting new shards after M minutes,
+--limit caps the prompts used, --first-shard skips the shards before K (data a warm start has
+seen). --worker I/N takes only the shards k with k % N == I.
+
+The tool answers CONCURRENCY prompts of a shard at once, their decode steps batched into one
+forward; the answers are the ones each prompt gets alone. On the 2-core AVX2 VM one
+single-thread worker (DSPARK_THREADS=1) made 38 answer tokens/s at concurrency 8 against 28 at
+concurrency 1 (about half of the time at 8 is the replay forward over prompt + answer, which
+computes every row's logits); two such workers run side by side, about 70 tokens/s together (a
+135M-parameter step splits poorly over threads). Every shard's taps are the CANDIDATE_TAPS
+layers, from which training picks its subset.
 """
 import argparse
 import json
@@ -31,7 +37,8 @@ CANDIDATE_TAPS = [1, 5, 9, 13, 17, 21, 25, 28]
 TOP_K = 32
 MAX_TOKENS = {"train": 160, "heldout": 128}
 HELD_OUT_SAMPLED = 8
-SHARD_PROMPTS = 8
+SHARD_PROMPTS = {"train": 32, "heldout": 8}
+CONCURRENCY = 16
 
 
 def split_prompts(prompts_dir, split):
@@ -56,6 +63,8 @@ def main():
     parser.add_argument("--limit", type=int, default=0)
     parser.add_argument("--minutes", type=float, default=0.0)
     parser.add_argument("--worker", default="0/1")
+    parser.add_argument("--first-shard", type=int, default=0,
+                        help="skip the shards before this one (data a warm start has seen)")
     parser.add_argument("--tool", default=str(SOURCE_DIR / "build/tests/dspark_tool_taps"))
     parser.add_argument("--model", default=str(MODEL))
     args = parser.parse_args()
@@ -65,18 +74,19 @@ def main():
     out = args.data_dir / args.split
     out.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
-    shards = (len(prompts) + SHARD_PROMPTS - 1) // SHARD_PROMPTS
+    shard_prompts = SHARD_PROMPTS[args.split]
+    shards = (len(prompts) + shard_prompts - 1) // shard_prompts
     worker, workers = (int(x) for x in args.worker.split("/"))
-    for k in range(worker, shards, workers):
+    for k in range(args.first_shard + worker, shards, workers):
         stem = out / f"shard-{k:05d}"
         if (stem.with_suffix(".json")).exists():
             continue
         if args.minutes and time.monotonic() - start > args.minutes * 60:
             print(f"{args.split}: stopped after {args.minutes} minutes at shard {k} of {shards}")
             return 0
-        batch = prompts[k * SHARD_PROMPTS:(k + 1) * SHARD_PROMPTS]
+        batch = prompts[k * shard_prompts:(k + 1) * shard_prompts]
         script = {"model": args.model, "taps": CANDIDATE_TAPS, "top_k": TOP_K,
-                  "max_tokens": MAX_TOKENS[args.split],
+                  "max_tokens": MAX_TOKENS[args.split], "concurrency": CONCURRENCY,
                   "prompts": [{key: p[key] for key in ("id", "text", "temperature", "seed")}
                               for p in batch]}
         script_path = out / f"shard-{k:05d}.script.json"

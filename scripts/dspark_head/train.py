@@ -164,6 +164,9 @@ def main():
     parser.add_argument("--init-layer", type=int, default=-1,
                         help="first target layer the backbone starts from (-1: the one after "
                              "the deepest tap, or the last ones)")
+    parser.add_argument("--init-head", type=Path,
+                        help="start from this exported head (RUN/head or the committed one) "
+                             "instead of the target's layers: a warm start on new data")
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--minutes", type=float, default=0.0)
     parser.add_argument("--until-step", type=int, default=0,
@@ -206,6 +209,12 @@ def main():
     if first < 0:
         first = min(max(layers) + 1, target.config["num_hidden_layers"] - args.layers)
     head.init_from_target(target, first)
+    if args.init_head:
+        exported = dspark_head.DSparkHead.load_exported(args.init_head, target.embedding())
+        if exported.config != config:
+            sys.exit(f"{args.init_head} is a head of other settings ({exported.config}); pass "
+                     "the --taps, --layers and --markov-rank it was trained with")
+        head.load_state_dict(exported.state_dict())
     optimizer = torch.optim.AdamW(head.parameters(), lr=args.lr, weight_decay=0.0)
     step, history = 0, []
     checkpoint_path = args.run_dir / "checkpoint.pt"

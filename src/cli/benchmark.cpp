@@ -189,11 +189,14 @@ std::vector<Arm> drafter_arms(const std::string& mode_name, const ModelDrafter& 
         make_cap_policy_factory(curves, kMaxCap, drafter.mode == DecodeMode::dspark);
     if (cap == "auto") {
       arm.setup.options.auto_cap = true;
+    } else if (cap == "derived-all") {
+      // The derived cap without the confidence schedule: every drafted token is verified.
+      arm.setup.options.confidence_schedule = false;
     } else if (cap != "derived") {
       try {
         arm.setup.options.max_draft = std::stoi(cap);
       } catch (const std::exception&) {
-        fail("--caps takes numbers, 'auto' or 'derived', not '{}'", cap);
+        fail("--caps takes numbers, 'auto', 'derived' or 'derived-all', not '{}'", cap);
       }
       if (*arm.setup.options.max_draft < 1) fail("--caps values must be at least 1, not {}", cap);
     }
@@ -455,6 +458,7 @@ void run_benchmark(const BenchmarkOptions& options) {
         totals.plain_steps += spec.plain_steps;
         totals.drafted += spec.drafted;
         totals.accepted += spec.accepted;
+        totals.unverified += spec.unverified;
         totals.lookup_rounds += spec.lookup_rounds;
         if (totals.position_verified.size() < spec.position_verified.size()) {
           totals.position_verified.resize(spec.position_verified.size(), 0);
@@ -483,7 +487,7 @@ void run_benchmark(const BenchmarkOptions& options) {
       LoadRun load;
       load.arm = arm.label;
       load.sequences = sequences;
-      if (arm.cap_choice == "derived") {
+      if (arm.cap_choice == "derived" || arm.cap_choice == "derived-all") {
         load.derived_cap = derive_cap(report.calibration_for(arm.setup.options.mode).curves,
                                       kMaxCap, kDerivedCapPrior, 512, sequences);
       }
@@ -538,7 +542,8 @@ void add_benchmark_command(CLI::App& app) {
       ->capture_default_str();
   command
       ->add_option("--caps", options->caps,
-                   "Comma list of caps and/or 'auto' for dspark / dflash rows")
+                   "Comma list of caps and/or 'auto', 'derived' (with the confidence schedule), "
+                   "'derived-all' (without) for dspark / dflash rows")
       ->capture_default_str();
   command->add_option("--suites", options->suites, "Comma list of prompt suites")
       ->capture_default_str();

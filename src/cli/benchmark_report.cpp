@@ -187,6 +187,7 @@ nlohmann::json report_json(const BenchmarkReport& report) {
     run["plain_steps"] = arm.totals.plain_steps;
     run["drafted"] = arm.totals.drafted;
     run["accepted"] = arm.totals.accepted;
+    run["unverified"] = arm.totals.unverified;
     const CostCurves& curves = report.calibration_for(arm.mode).curves;
     if (arm.mode != DecodeMode::baseline && !curves.empty()) {
       run["derived_cap_measured"] =

@@ -86,6 +86,12 @@ void add_decode_flags(CLI::App& command, DecodeFlags& flags) {
                   "DSpark: keep drafts while their confidence product stays at or above this")
       ->check(finite_range(0.0, 1.0))
       ->capture_default_str();
+  command
+      .add_option("--confidence-schedule", flags.confidence_schedule,
+                  "DSpark with a derived cap: verify only the drafts whose confidence-head "
+                  "survival pays for their verify rows (on), or every draft of the cap (off)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   command.add_flag("--lookup-drafts", flags.lookup_drafts,
                    "Try prompt-lookup drafts before the model drafter each round");
   command.add_flag("--special-tokens-in-content", flags.special_tokens_in_content,
@@ -95,6 +101,7 @@ void add_decode_flags(CLI::App& command, DecodeFlags& flags) {
 
 DecodeOptions cap_options(const DecodeFlags& flags) {
   DecodeOptions decode;
+  decode.confidence_schedule = flags.confidence_schedule == "on";
   if (flags.max_draft == "auto") {
     decode.auto_cap = true;
   } else if (!flags.max_draft.empty()) {

@@ -18,6 +18,7 @@ struct DecodeFlags {
   std::string drafter;
   int drafter_bits = 4;
   float confidence_threshold = 0.0f;
+  std::string confidence_schedule = "on";
   bool lookup_drafts = false;
   // Let message and tool text yield control tokens (the old behaviour; a prompt-injection risk:
   // a user typing the template's end-of-turn markup can forge turns).

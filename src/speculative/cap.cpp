@@ -332,7 +332,7 @@ CapPolicyFactory make_cap_policy_factory(CostCurves curves, int max_cap, bool al
       params.allow_parking = allow_parking;
       return std::make_unique<AutoCapController>(curves, max_cap, params);
     }
-    return std::make_unique<DerivedCap>(scheduler);
+    return std::make_unique<DerivedCap>(scheduler, options.confidence_schedule);
   };
 }
 

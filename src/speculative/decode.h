@@ -22,7 +22,10 @@ struct DecodeOptions {
   DecodeMode mode = DecodeMode::baseline;
   // Drafts per round; nullopt = derived (the cap policy chooses, see cap_policy_factory).
   std::optional<int> max_draft;
-  bool auto_cap = false;       // --max-draft auto: the per-round controller
+  bool auto_cap = false;  // --max-draft auto: the per-round controller
+  // Derived caps: verify only the drafts a confidence head's survival estimates pay for
+  // (DerivedCap); --confidence-schedule off verifies every draft of the cap.
+  bool confidence_schedule = true;
   bool lookup_drafts = false;  // hybrid lookup pre-step inside dspark / dflash modes
   int lookup_long_draft = 32;  // long-draft ceiling of lookup drafts
 };

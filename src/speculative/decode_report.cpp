@@ -79,6 +79,7 @@ nlohmann::json decode_stats_json(const DecodeStats& decode, const GenerationStat
     out["lookup_rounds"] = spec.lookup_rounds;
     out["drafted"] = spec.drafted;
     out["accepted"] = spec.accepted;
+    out["unverified"] = spec.unverified;
     out["acceptance_rate"] = spec.acceptance_rate();
     out["slot_acceptance"] = slot_acceptance(spec);
     out["drafter_seconds"] = spec.drafter_seconds;

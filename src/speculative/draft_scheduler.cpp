@@ -8,8 +8,8 @@
 namespace dspark {
 
 DraftAllocation allocate_drafts(const CostCurves& curves,
-                                const std::vector<DraftCandidate>& candidates,
-                                int plain_sequences) {
+                                const std::vector<DraftCandidate>& candidates, int plain_sequences,
+                                bool first_fall) {
   if (curves.empty()) fail("drafts cannot be allocated without measured verify costs");
   struct Pair {
     double survival;
@@ -43,14 +43,18 @@ DraftAllocation allocate_drafts(const CostCurves& curves,
     const Pair& pair = pairs[n];
     const DraftCandidate& candidate = candidates[pair.candidate];
     int& cap = caps[pair.candidate];
-    side_ms += curves.drafter(cap + 1) - curves.drafter(cap) +
-               curves.depth(cap + 2, candidate.context) - curves.depth(cap + 1, candidate.context);
+    if (!candidate.drafted) side_ms += curves.drafter(cap + 1) - curves.drafter(cap);
+    side_ms += curves.depth(cap + 2, candidate.context) - curves.depth(cap + 1, candidate.context);
     ++cap;
     committed += pair.survival;
     const int drafts = static_cast<int>(n) + 1;
     const double rate =
         committed / (side_ms + curves.verify(sequences + drafts) + curves.overhead_ms);
-    if (rate > best.tokens_per_ms) best = DraftAllocation{caps, drafts, rate};
+    if (rate > best.tokens_per_ms) {
+      best = DraftAllocation{caps, drafts, rate};
+    } else if (first_fall) {
+      break;
+    }
   }
   return best;
 }
@@ -79,27 +83,45 @@ void DraftScheduler::post(int member, double acceptance, int64_t context) {
 }
 
 int DraftScheduler::cap_for(int member, int sequences) const {
+  return allocate_for(member, sequences, nullptr);
+}
+
+int DraftScheduler::drafts_for(int member, int sequences,
+                               const std::vector<double>& survival) const {
+  return allocate_for(member, sequences, &survival);
+}
+
+int DraftScheduler::allocate_for(int member, int sequences,
+                                 const std::vector<double>* survival) const {
   std::vector<DraftCandidate> candidates;
   size_t index = 0;
   {
     std::lock_guard lock(mutex_);
     candidates.reserve(members_.size());
     for (const auto& [id, posted] : members_) {
-      if (id == member) index = candidates.size();
       DraftCandidate candidate;
       candidate.context = posted.context;
-      double survival = 1.0;
-      for (int k = 0; k < max_cap_; ++k)
-        candidate.survival.push_back(survival *= posted.acceptance);
+      if (id == member) {
+        index = candidates.size();
+        if (survival != nullptr) {
+          candidate.survival = *survival;
+          candidate.drafted = true;
+        }
+      }
+      if (!candidate.drafted) {
+        double running = 1.0;
+        for (int k = 0; k < max_cap_; ++k)
+          candidate.survival.push_back(running *= posted.acceptance);
+      }
       candidates.push_back(std::move(candidate));
     }
   }
   const int plain = std::max(0, sequences - static_cast<int>(candidates.size()));
-  return allocate_drafts(curves_, candidates, plain).caps.at(index);
+  return allocate_drafts(curves_, candidates, plain, survival != nullptr).caps.at(index);
 }
 
-DerivedCap::DerivedCap(std::shared_ptr<DraftScheduler> scheduler)
-    : scheduler_(std::move(scheduler)), member_(scheduler_->join()) {}
+DerivedCap::DerivedCap(std::shared_ptr<DraftScheduler> scheduler, bool use_survival)
+    : scheduler_(std::move(scheduler)), use_survival_(use_survival), member_(scheduler_->join()) {}
 
 DerivedCap::~DerivedCap() {
   scheduler_->leave(member_);
@@ -107,6 +129,11 @@ DerivedCap::~DerivedCap() {
 
 int DerivedCap::current_cap() const {
   return scheduler_->cap_for(member_, sequences_);
+}
+
+int DerivedCap::drafts_to_verify(const std::vector<double>& survival, int offered) {
+  if (!use_survival_) return offered;
+  return std::min(offered, scheduler_->drafts_for(member_, sequences_, survival));
 }
 
 int DerivedCap::cap_for_round() {

@@ -20,6 +20,7 @@ struct DraftCandidate {
   // earlier ones).
   std::vector<double> survival;
   int64_t context = 512;  // the generation's context depth, for the depth term
+  bool drafted = false;   // its drafts exist already: their drafting is not priced
 };
 
 struct DraftAllocation {
@@ -35,9 +36,15 @@ struct DraftAllocation {
 // in order of survival (ties: earlier position, then earlier candidate), and every budget from 0
 // to all pairs is priced: the step cost need not make the rate unimodal. Ties go to the smaller
 // budget. With one candidate at survival p^(k+1) this is derive_cap.
+//
+// `first_fall` stops at the first budget that does not raise the rate instead. Drafts that exist
+// must be admitted that way when sampling: a draft's survival depends on the drafts before it, so
+// under the early stop whether draft j is verified depends on drafts 0..j-1 only, a stopping rule
+// that keeps rejection sampling lossless; pricing every budget would let draft j's own value
+// (through the survival of draft j + 1) decide whether it is verified, which biases the output.
 DraftAllocation allocate_drafts(const CostCurves& curves,
                                 const std::vector<DraftCandidate>& candidates,
-                                int plain_sequences = 0);
+                                int plain_sequences = 0, bool first_fall = false);
 
 // The candidates of one server (or one benchmark arm): each generation's derived-cap policy joins
 // it, and asks it for its cap when more than one generation shares the steps.
@@ -54,8 +61,13 @@ class DraftScheduler {
   // The member's cap in the allocation over every member, with `sequences` generations sharing
   // the step (those beyond the members decode plain).
   int cap_for(int member, int sequences) const;
+  // The same once the member has drafted: its drafts' own survival estimates (the confidence
+  // head's) stand in for its posted acceptance, and their drafting is paid. The others are
+  // priced as in cap_for; the budget is walked to its first fall (allocate_drafts).
+  int drafts_for(int member, int sequences, const std::vector<double>& survival) const;
 
  private:
+  int allocate_for(int member, int sequences, const std::vector<double>* survival) const;
   struct Posted {
     double acceptance = kDerivedCapPrior;
     int64_t context = 512;
@@ -74,16 +86,19 @@ class DraftScheduler {
 // given no drafts shows no acceptance, so each of its plain steps moves its evidence 0.2 % back
 // toward the prior's: it is tried again after a number of plain steps that grows with the evidence
 // against it (an always-wrong drafter whose drafts would pay at 20 % acceptance runs on about 2 %
-// of steps).
+// of steps). With `use_survival`, a drafter's per-draft survival estimates (a DSpark confidence
+// head) then decide how many of the round's drafts are verified (DraftScheduler::drafts_for):
+// the paper's confidence-scheduled verification.
 class DerivedCap : public CapPolicy {
  public:
-  explicit DerivedCap(std::shared_ptr<DraftScheduler> scheduler);
+  explicit DerivedCap(std::shared_ptr<DraftScheduler> scheduler, bool use_survival = true);
   ~DerivedCap() override;
   DerivedCap(const DerivedCap&) = delete;
   DerivedCap& operator=(const DerivedCap&) = delete;
 
   int cap_for_round() override;
   int current_cap() const override;
+  int drafts_to_verify(const std::vector<double>& survival, int offered) override;
   void on_load(int sequences) override { sequences_ = std::max(sequences, 1); }
   void on_context(int64_t tokens) override;
   void on_round(int cap_used, int accepted, double seconds, int committed) override;
@@ -91,6 +106,7 @@ class DerivedCap : public CapPolicy {
 
  private:
   std::shared_ptr<DraftScheduler> scheduler_;
+  bool use_survival_;
   int member_;
   int sequences_ = 1;
   int64_t context_ = 512;

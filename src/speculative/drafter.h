@@ -16,6 +16,10 @@ struct Draft {
   // proposals[i]: the distribution tokens[i] was sampled from, truncated like the target's. Empty
   // means point masses (lookup copies, argmax drafts): q = δ(tokens[i]).
   std::vector<TokenDistribution> proposals;
+  // survival[i]: the drafter's own estimate that drafts 0..i are all accepted (the product of a
+  // DSpark head's confidences); empty when it has no such estimate. A cap policy may verify only
+  // the drafts worth their verify rows (CapPolicy::drafts_to_verify).
+  std::vector<double> survival;
   bool from_lookup = false;
 };
 

@@ -213,6 +213,10 @@ Draft DSparkDrafter::propose(const DraftRequest& request) {
     draft.tokens.resize(keep);
     if (!draft.proposals.empty()) draft.proposals.resize(keep);
   }
+  double survival = 1.0;
+  for (size_t i = 0; i < last_confidences_.size() && i < draft.tokens.size(); ++i) {
+    draft.survival.push_back(survival *= last_confidences_[i]);
+  }
   return draft;
 }
 

@@ -235,6 +235,14 @@ GenerationResult SpeculativeGenerator::generate(const std::vector<int32_t>& prom
         source = &drafter_;
         feed.flush();
         draft = drafter_.propose(request);
+        if (!draft.survival.empty()) {
+          const int offered = static_cast<int>(draft.tokens.size());
+          const int keep = std::clamp(caps_.drafts_to_verify(draft.survival, offered), 0, offered);
+          stats_.unverified += offered - keep;
+          draft.tokens.resize(keep);
+          if (draft.proposals.size() > draft.tokens.size()) draft.proposals.resize(keep);
+          cap_used = keep;
+        }
       }
     }
     if (static_cast<int64_t>(draft.tokens.size()) > budget) {

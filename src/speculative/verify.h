@@ -31,6 +31,7 @@ struct SpeculativeStats {
   int64_t target_forwards = 0;  // including prefill chunks as one
   int64_t drafted = 0;
   int64_t accepted = 0;
+  int64_t unverified = 0;  // drafts the cap policy dropped on the drafter's survival estimates
   int64_t lookup_rounds = 0;
   double drafter_seconds = 0.0;
   double verify_seconds = 0.0;
@@ -61,7 +62,13 @@ class CapPolicy {
   // A round of the generation's own drafter (lookup rounds of a standalone lookup included)
   // verified `drafted` drafts and accepted the first `accepted`.
   virtual void on_verified(int drafted, int accepted) { (void)drafted, (void)accepted; }
-  // A drafter (not lookup) round ended: `cap_used` drafts offered, `accepted` taken.
+  // How many of `offered` drafts to verify, given the drafter's survival estimates
+  // (Draft::survival, one per draft): the drafter has run, so only the verify rows are priced.
+  virtual int drafts_to_verify(const std::vector<double>& survival, int offered) {
+    (void)survival;
+    return offered;
+  }
+  // A drafter (not lookup) round ended: `cap_used` drafts verified, `accepted` taken.
   virtual void on_round(int cap_used, int accepted, double seconds, int committed) {
     (void)cap_used, (void)accepted, (void)seconds, (void)committed;
   }

@@ -84,6 +84,11 @@ def compare(ours, reference_tokens, reference_logits, reference_conf):
     np.testing.assert_allclose(logits, reference_logits, rtol=1e-3, atol=2e-3)
     if reference_conf is not None:
         np.testing.assert_allclose(np.array(ours["confidences"]), reference_conf, atol=1e-4)
+        # The drafts' survival estimates, which the confidence schedule reads: the running
+        # product of the confidences, one per draft.
+        survival = np.cumprod(np.asarray(reference_conf, dtype=np.float64).reshape(-1))
+        np.testing.assert_allclose(np.array(ours["survival"]), survival[:len(ours["drafts"])],
+                                   atol=1e-4)
 
 
 DSPARK = [n for n in make_tiny_drafters.DRAFTERS if not n.startswith("dflash")]

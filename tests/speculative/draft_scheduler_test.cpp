@@ -83,6 +83,55 @@ TEST(AllocateDrafts, DrafterCostAndSurvivalOrderAreRespected) {
   EXPECT_THROW(allocate_drafts(CostCurves{}, {geometric(0.9, 3)}), Error);
 }
 
+// Drafts that exist are priced without their drafting: a drafter too costly to run for one draft
+// (20 ms against a 10 ms step) still has its drafts verified once they are made, while verify
+// rows are free. Worked by hand on flat verify curves of 10 ms: (1 + .9 + .81) / 10 is the best.
+TEST(AllocateDrafts, DraftsThatExistAreNotChargedTheirDrafting) {
+  const CostCurves costly = curves_of({10, 10, 10, 10}, {20, 40, 60});
+  EXPECT_EQ(allocate_drafts(costly, {geometric(0.9, 3)}).drafts, 0);
+  DraftCandidate drafted = geometric(0.9, 2);
+  drafted.drafted = true;
+  const DraftAllocation allocation = allocate_drafts(costly, {drafted});
+  EXPECT_EQ(allocation.caps, std::vector<int>{2});
+  EXPECT_NEAR(allocation.tokens_per_ms, 0.271, 1e-12);
+}
+
+// Confidence-scheduled verification: once the round's drafts exist, their own survival estimates
+// decide how many the step verifies. Width 1 and 2 cost 10 ms, each further row 1 ms: confident
+// drafts are all kept (4.90 / 13 beats every shorter prefix), a block whose survival collapses
+// after the first is cut there (1.9 / 10 > 1.95 / 11), and a hopeless one is not verified at all
+// (ties go to fewer drafts). Without the schedule every offered draft is verified.
+TEST(DerivedCap, VerifiesTheDraftsTheirSurvivalPaysFor) {
+  const CostCurves curves = curves_of({10, 10, 11, 12, 13, 14, 15, 16});
+  auto scheduler = std::make_shared<DraftScheduler>(curves, 7);
+  DerivedCap policy(scheduler);
+  EXPECT_EQ(policy.drafts_to_verify({0.99, 0.98, 0.97, 0.96}, 4), 4);
+  EXPECT_EQ(policy.drafts_to_verify({0.9, 0.05, 0.01}, 3), 1);
+  EXPECT_EQ(policy.drafts_to_verify({0.0, 0.0}, 2), 0);
+  // Never more than offered, even where survival would pay for more.
+  EXPECT_EQ(policy.drafts_to_verify({0.99, 0.98, 0.97, 0.96}, 2), 2);
+  {
+    DerivedCap every_draft(scheduler, false);  // leaves the scheduler at the end of the block
+    EXPECT_EQ(every_draft.drafts_to_verify({0.0, 0.0}, 2), 2);
+  }
+  // Drafts that exist are walked to the first fall, where a cap is searched over every budget:
+  // on the knee curve of SearchesEveryBudgetWhereTheRateIsNotUnimodal the cap is 7 and the
+  // drafts verified 2 (the third draft's width 4 costs double).
+  {
+    const CostCurves knee = curves_of({10, 10, 10, 20, 20, 20, 20, 20});
+    auto knee_scheduler = std::make_shared<DraftScheduler>(knee, 7);
+    DerivedCap alone(knee_scheduler);
+    EXPECT_EQ(allocate_drafts(knee, {geometric(0.9, 7)}).drafts, 7);
+    EXPECT_EQ(allocate_drafts(knee, {geometric(0.9, 7)}, 0, true).drafts, 2);
+    EXPECT_EQ(alone.drafts_to_verify(geometric(0.9, 7).survival, 7), 2);
+  }
+  // Under load a draft must beat the rate of the step's plain rows: with one more generation
+  // decoding, (2 + s) / 11 > 2 / 10 needs s > 0.2.
+  policy.on_load(2);
+  EXPECT_EQ(policy.drafts_to_verify({0.15}, 1), 0);
+  EXPECT_EQ(policy.drafts_to_verify({0.3}, 1), 1);
+}
+
 // The policy: alone it starts at the calibrated derived cap; under load each generation's cap
 // comes from the allocation over every member, fed its own rounds' acceptance, so a generation
 // whose drafts keep failing gives its rows to one whose drafts land. Members that leave are

@@ -82,6 +82,7 @@ int run(const std::string& script_path, const std::string& out_path) {
       auto* d = static_cast<DSparkDrafter*>(drafter.get());
       record["logits"] = d->last_logits();
       record["confidences"] = d->last_confidences();
+      record["survival"] = draft.survival;
     } else {
       record["logits"] = static_cast<DFlashDrafter*>(drafter.get())->last_logits();
     }

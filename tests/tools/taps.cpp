@@ -5,10 +5,13 @@
 //   dspark_tool_taps SCRIPT.json OUT_STEM
 //
 // SCRIPT.json: {"model": DIR, "taps": [layer ids], "top_k": K, "max_tokens": N,
-//   "prompts": [{"id": str, "text": str | "ids": [...], "temperature": T, "seed": S}]}
+//   "prompts": [{"id": str, "text": str | "ids": [...], "temperature": T, "seed": S}],
+//   "concurrency": C (optional, default 1)}
 // "text" is rendered as one user turn with the model's chat template (as `dspark benchmark`
 // does); "ids" are used as they are. Generation stops at the model's end-of-turn ids or after N
-// tokens.
+// tokens. Up to C prompts are answered at once, their decode steps batched into one target forward
+// (engine/forward_batcher.h); every answer is the one the prompt gets alone (the kernels are row
+// invariant and each generation samples from its own seed), only sooner.
 // OUT_STEM.json: {"hidden": H, "taps": [...], "top_k": K, "sequences": [{"id", "prompt_tokens",
 //   "tokens": prompt + answer ids, "finish": "eos"|"length"}]}
 // OUT_STEM.bin, per sequence in order, for its n = len(tokens) rows:
@@ -20,12 +23,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <thread>
 
 #include "base/error.h"
 #include "engine/generator.h"
@@ -77,23 +82,53 @@ int run(const std::string& script_path, const std::string& out_stem) {
     }
   }
   if (top_k < 1 || top_k > V) fail("{}: top_k must be in 1..{}", script_path, V);
-  GenerationConfig config;
-  config.max_tokens = script.at("max_tokens").get<int64_t>();
-  config.eos_ids = bundle->eos_ids;
-  Generator generator(model);
+  const nlohmann::json& prompts = script.at("prompts");
+  const int64_t concurrency = script.value("concurrency", int64_t{1});
+  if (concurrency < 1 || concurrency > 64) fail("{}: concurrency must be in 1..64", script_path);
+  GenerationConfig base_config;
+  base_config.max_tokens = script.at("max_tokens").get<int64_t>();
+  base_config.eos_ids = bundle->eos_ids;
+
+  // The answers first, C at a time: each slot takes the next unanswered prompt.
+  std::vector<std::vector<int32_t>> prompt_tokens(prompts.size());
+  std::vector<GenerationResult> answers(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) prompt_tokens[i] = prompt_ids(*bundle, prompts[i]);
+  ForwardBatcher batcher(model);
+  std::atomic<size_t> next_prompt{0};
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(concurrency));
+  std::vector<std::thread> slots;
+  for (int64_t slot = 0; slot < concurrency; ++slot) {
+    slots.emplace_back([&, slot] {
+      try {
+        ForwardBatcher::Membership membership(batcher);
+        const Generator generator(model, &batcher);
+        for (size_t i = next_prompt++; i < prompts.size(); i = next_prompt++) {
+          GenerationConfig config = base_config;
+          config.sampling.temperature = prompts[i].value("temperature", 0.0f);
+          config.sampling.seed = prompts[i].value("seed", uint64_t{0});
+          ModelState state = model.new_state();
+          answers[i] = generator.generate(prompt_tokens[i], state, config,
+                                          [](const CommittedToken&) { return true; });
+        }
+      } catch (...) {
+        errors[static_cast<size_t>(slot)] = std::current_exception();
+      }
+    });
+  }
+  for (std::thread& slot : slots) slot.join();
+  for (const std::exception_ptr& error : errors) {
+    if (error) std::rethrow_exception(error);
+  }
 
   const std::string partial = ".partial-" + std::to_string(::getpid());
   std::ofstream bin(out_stem + ".bin" + partial, std::ios::binary);
   if (!bin) fail("cannot write {}.bin", out_stem);
   nlohmann::json index{{"hidden", H}, {"taps", taps}, {"top_k", top_k}};
   index["sequences"] = nlohmann::json::array();
-  for (const nlohmann::json& prompt : script.at("prompts")) {
-    const std::vector<int32_t> ids = prompt_ids(*bundle, prompt);
-    config.sampling.temperature = prompt.value("temperature", 0.0f);
-    config.sampling.seed = prompt.value("seed", uint64_t{0});
-    ModelState state = model.new_state();
-    const GenerationResult answer =
-        generator.generate(ids, state, config, [](const CommittedToken&) { return true; });
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const nlohmann::json& prompt = prompts[i];
+    const std::vector<int32_t>& ids = prompt_tokens[i];
+    const GenerationResult& answer = answers[i];
     std::vector<int32_t> tokens = ids;
     tokens.insert(tokens.end(), answer.tokens.begin(), answer.tokens.end());
     const int64_t n = static_cast<int64_t>(tokens.size());
