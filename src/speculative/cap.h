@@ -68,6 +68,13 @@ class ContinuationEstimate {
     accepted_ += accepted;
     if (accepted < drafted) rejected_ += 1.0;
   }
+  // A round that was not verified, observed in expectation under the drafter's own survival
+  // estimates (survival[i]: drafts 0..i all accepted): Σ survival accepted drafts, and a rejection
+  // unless all survive.
+  void observe_expected(const std::vector<double>& survival) {
+    for (double s : survival) accepted_ += s;
+    if (!survival.empty()) rejected_ += 1.0 - survival.back();
+  }
   // Moves the evidence the fraction `rate` of the way back to the prior's.
   void relax(double rate) {
     accepted_ += rate * (kPriorRounds * prior_ - accepted_);

@@ -8,8 +8,8 @@
 namespace dspark {
 
 DraftAllocation allocate_drafts(const CostCurves& curves,
-                                const std::vector<DraftCandidate>& candidates, int plain_sequences,
-                                bool first_fall) {
+                                const std::vector<DraftCandidate>& candidates,
+                                int plain_sequences) {
   if (curves.empty()) fail("drafts cannot be allocated without measured verify costs");
   struct Pair {
     double survival;
@@ -50,11 +50,7 @@ DraftAllocation allocate_drafts(const CostCurves& curves,
     const int drafts = static_cast<int>(n) + 1;
     const double rate =
         committed / (side_ms + curves.verify(sequences + drafts) + curves.overhead_ms);
-    if (rate > best.tokens_per_ms) {
-      best = DraftAllocation{caps, drafts, rate};
-    } else if (first_fall) {
-      break;
-    }
+    if (rate > best.tokens_per_ms) best = DraftAllocation{caps, drafts, rate};
   }
   return best;
 }
@@ -82,42 +78,52 @@ void DraftScheduler::post(int member, double acceptance, int64_t context) {
   members_[member] = Posted{acceptance, context};
 }
 
+std::vector<DraftCandidate> DraftScheduler::candidates(int member, size_t& self,
+                                                       double& acceptance) const {
+  std::vector<DraftCandidate> candidates;
+  std::lock_guard lock(mutex_);
+  candidates.reserve(members_.size());
+  for (const auto& [id, posted] : members_) {
+    DraftCandidate candidate;
+    candidate.context = posted.context;
+    if (id == member) {
+      self = candidates.size();
+      acceptance = posted.acceptance;
+    } else {
+      double running = 1.0;
+      for (int k = 0; k < max_cap_; ++k) candidate.survival.push_back(running *= posted.acceptance);
+    }
+    candidates.push_back(std::move(candidate));
+  }
+  return candidates;
+}
+
 int DraftScheduler::cap_for(int member, int sequences) const {
-  return allocate_for(member, sequences, nullptr);
+  size_t self = 0;
+  double acceptance = kDerivedCapPrior;
+  std::vector<DraftCandidate> all = candidates(member, self, acceptance);
+  double running = 1.0;
+  for (int k = 0; k < max_cap_; ++k) all[self].survival.push_back(running *= acceptance);
+  const int plain = std::max(0, sequences - static_cast<int>(all.size()));
+  return allocate_drafts(curves_, all, plain).caps.at(self);
 }
 
 int DraftScheduler::drafts_for(int member, int sequences,
                                const std::vector<double>& survival) const {
-  return allocate_for(member, sequences, &survival);
-}
-
-int DraftScheduler::allocate_for(int member, int sequences,
-                                 const std::vector<double>* survival) const {
-  std::vector<DraftCandidate> candidates;
-  size_t index = 0;
-  {
-    std::lock_guard lock(mutex_);
-    candidates.reserve(members_.size());
-    for (const auto& [id, posted] : members_) {
-      DraftCandidate candidate;
-      candidate.context = posted.context;
-      if (id == member) {
-        index = candidates.size();
-        if (survival != nullptr) {
-          candidate.survival = *survival;
-          candidate.drafted = true;
-        }
-      }
-      if (!candidate.drafted) {
-        double running = 1.0;
-        for (int k = 0; k < max_cap_; ++k)
-          candidate.survival.push_back(running *= posted.acceptance);
-      }
-      candidates.push_back(std::move(candidate));
-    }
+  size_t self = 0;
+  double acceptance = kDerivedCapPrior;
+  std::vector<DraftCandidate> all = candidates(member, self, acceptance);
+  all[self].drafted = true;
+  const int plain = std::max(0, sequences - static_cast<int>(all.size()));
+  const int offered = static_cast<int>(survival.size());
+  for (int j = 1; j <= offered; ++j) {
+    std::vector<double>& known = all[self].survival;
+    known.assign(survival.begin(), survival.begin() + j);
+    double running = std::clamp(known.back(), 0.0, 1.0);
+    for (int k = j; k < offered; ++k) known.push_back(running *= acceptance);
+    if (allocate_drafts(curves_, all, plain).caps.at(self) < j) return j - 1;
   }
-  const int plain = std::max(0, sequences - static_cast<int>(candidates.size()));
-  return allocate_drafts(curves_, candidates, plain, survival != nullptr).caps.at(index);
+  return offered;
 }
 
 DerivedCap::DerivedCap(std::shared_ptr<DraftScheduler> scheduler, bool use_survival)
@@ -133,7 +139,14 @@ int DerivedCap::current_cap() const {
 
 int DerivedCap::drafts_to_verify(const std::vector<double>& survival, int offered) {
   if (!use_survival_) return offered;
-  return std::min(offered, scheduler_->drafts_for(member_, sequences_, survival));
+  const int keep = std::min(offered, scheduler_->drafts_for(member_, sequences_, survival));
+  if (keep == 0 && offered > 0) {
+    // Nothing is verified, so the round shows no acceptance: the survivals stand in for it, so
+    // that a drafter whose confidences keep saying no stops being run (the cap falls to 0).
+    acceptance_.observe_expected(survival);
+    scheduler_->post(member_, acceptance(), context_);
+  }
+  return keep;
 }
 
 int DerivedCap::cap_for_round() {

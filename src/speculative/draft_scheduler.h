@@ -36,15 +36,9 @@ struct DraftAllocation {
 // in order of survival (ties: earlier position, then earlier candidate), and every budget from 0
 // to all pairs is priced: the step cost need not make the rate unimodal. Ties go to the smaller
 // budget. With one candidate at survival p^(k+1) this is derive_cap.
-//
-// `first_fall` stops at the first budget that does not raise the rate instead. Drafts that exist
-// must be admitted that way when sampling: a draft's survival depends on the drafts before it, so
-// under the early stop whether draft j is verified depends on drafts 0..j-1 only, a stopping rule
-// that keeps rejection sampling lossless; pricing every budget would let draft j's own value
-// (through the survival of draft j + 1) decide whether it is verified, which biases the output.
 DraftAllocation allocate_drafts(const CostCurves& curves,
                                 const std::vector<DraftCandidate>& candidates,
-                                int plain_sequences = 0, bool first_fall = false);
+                                int plain_sequences = 0);
 
 // The candidates of one server (or one benchmark arm): each generation's derived-cap policy joins
 // it, and asks it for its cap when more than one generation shares the steps.
@@ -61,13 +55,21 @@ class DraftScheduler {
   // The member's cap in the allocation over every member, with `sequences` generations sharing
   // the step (those beyond the members decode plain).
   int cap_for(int member, int sequences) const;
-  // The same once the member has drafted: its drafts' own survival estimates (the confidence
-  // head's) stand in for its posted acceptance, and their drafting is paid. The others are
-  // priced as in cap_for; the budget is walked to its first fall (allocate_drafts).
+  // How many of the member's drafts to verify once it has drafted, given their survival
+  // estimates (the confidence head's): draft j is admitted while the allocation, with this
+  // member's drafting paid and its survival known up to draft j and continued beyond it at its
+  // posted acceptance, still gives the member more than j - 1 drafts. The others are priced as
+  // in cap_for. Deciding draft j from the survivals up to j only (each depends on the drafts
+  // before it, never on draft j) is a stopping rule, under which rejection sampling stays exact;
+  // letting the survival of draft j + 1 decide would let draft j's own value decide whether it is
+  // verified, which biases sampled output. The continuation at the posted acceptance lets a fixed
+  // per-round cost be spread over the drafts that follow, where a walk stopping at the first
+  // budget that lowers the rate would never verify a first draft that does not pay alone.
   int drafts_for(int member, int sequences, const std::vector<double>& survival) const;
 
  private:
-  int allocate_for(int member, int sequences, const std::vector<double>* survival) const;
+  // The other members as candidates, this member's at index `self` with no survival yet.
+  std::vector<DraftCandidate> candidates(int member, size_t& self, double& acceptance) const;
   struct Posted {
     double acceptance = kDerivedCapPrior;
     int64_t context = 512;
@@ -88,7 +90,8 @@ class DraftScheduler {
 // against it (an always-wrong drafter whose drafts would pay at 20 % acceptance runs on about 2 %
 // of steps). With `use_survival`, a drafter's per-draft survival estimates (a DSpark confidence
 // head) then decide how many of the round's drafts are verified (DraftScheduler::drafts_for):
-// the paper's confidence-scheduled verification.
+// the paper's confidence-scheduled verification. A round none of whose drafts is verified feeds
+// the estimate its survivals in expectation.
 class DerivedCap : public CapPolicy {
  public:
   explicit DerivedCap(std::shared_ptr<DraftScheduler> scheduler, bool use_survival = true);

@@ -114,16 +114,37 @@ TEST(DerivedCap, VerifiesTheDraftsTheirSurvivalPaysFor) {
     DerivedCap every_draft(scheduler, false);  // leaves the scheduler at the end of the block
     EXPECT_EQ(every_draft.drafts_to_verify({0.0, 0.0}, 2), 2);
   }
-  // Drafts that exist are walked to the first fall, where a cap is searched over every budget:
-  // on the knee curve of SearchesEveryBudgetWhereTheRateIsNotUnimodal the cap is 7 and the
-  // drafts verified 2 (the third draft's width 4 costs double).
+  // A draft is admitted on what is known up to it, the rest continued at the posted acceptance
+  // (the prior, 0.7, here): on the knee curve of SearchesEveryBudgetWhereTheRateIsNotUnimodal
+  // drafts at survival .9^k would take the cap 7 if all were known, but the third is judged with
+  // its successors at .729 * .7^k, and those do not pay for width 8, so 2 are verified.
   {
     const CostCurves knee = curves_of({10, 10, 10, 20, 20, 20, 20, 20});
     auto knee_scheduler = std::make_shared<DraftScheduler>(knee, 7);
     DerivedCap alone(knee_scheduler);
     EXPECT_EQ(allocate_drafts(knee, {geometric(0.9, 7)}).drafts, 7);
-    EXPECT_EQ(allocate_drafts(knee, {geometric(0.9, 7)}, 0, true).drafts, 2);
     EXPECT_EQ(alone.drafts_to_verify(geometric(0.9, 7).survival, 7), 2);
+  }
+  // A fixed cost per drafting round (5 ms on a flat 10 ms step) makes one draft at survival .5
+  // exactly break even, yet spread over the drafts that follow it pays: all 7 are verified, where
+  // a walk stopping at the first budget that does not raise the rate would verify none.
+  {
+    auto flat =
+        std::make_shared<DraftScheduler>(curves_of({10, 10, 10, 10, 10, 10, 10, 10}, {}, 5), 7);
+    DerivedCap alone(flat);
+    EXPECT_EQ(alone.drafts_to_verify(geometric(0.5, 7).survival, 7), 7);
+  }
+  // Rounds none of whose drafts is verified count in expectation (Σ survival accepted, a
+  // rejection unless all survive): a drafter whose confidences keep saying no stops being asked.
+  {
+    DerivedCap doubtful(
+        std::make_shared<DraftScheduler>(curves_of({10, 12, 14, 16, 18, 20, 22, 24}), 7));
+    EXPECT_GT(doubtful.cap_for_round(), 0);
+    for (int round = 0; round < 20; ++round) {
+      EXPECT_EQ(doubtful.drafts_to_verify({0.02, 0.001}, 2), 0);
+    }
+    EXPECT_LT(doubtful.acceptance(), 0.2);
+    EXPECT_EQ(doubtful.cap_for_round(), 0);
   }
   // Under load a draft must beat the rate of the step's plain rows: with one more generation
   // decoding, (2 + s) / 11 > 2 / 10 needs s > 0.2.
