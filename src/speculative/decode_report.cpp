@@ -38,10 +38,12 @@ std::string format_decode_stats(const DecodeStats& decode, const GenerationStats
     const SpeculativeStats& spec = decode.speculative;
     text += fmt::format(
         "Speculative: {}, cap {}, {} rounds + {} plain steps, {:.2f} tokens/round, {:.0f}% of "
-        "drafts "
-        "accepted\n",
+        "drafts accepted",
         decode_mode_name(decode.mode), decode.cap, spec.rounds, spec.plain_steps,
         tokens_per_round(decode, generation), 100.0 * spec.acceptance_rate());
+    // The confidence schedule's share: drafts made and then not verified.
+    if (spec.unverified > 0) text += fmt::format(", {} drafts not verified", spec.unverified);
+    text += "\n";
     const std::vector<double> shares = slot_acceptance(spec);
     if (!shares.empty()) {
       text += "Acceptance by slot:";

@@ -60,6 +60,18 @@ TEST(DecodeReport, SpeculativeFooterAndJson) {
   EXPECT_EQ(json["slot_acceptance"].get<std::vector<double>>(),
             (std::vector<double>{0.8, 0.5, 0.2}));
   EXPECT_DOUBLE_EQ(json["acceptance_rate"].get<double>(), 0.5);
+  EXPECT_EQ(json["unverified"], 0);
+}
+
+// Drafts the confidence schedule made and then did not verify are counted in the footer and the
+// JSON.
+TEST(DecodeReport, CountsTheDraftsNotVerified) {
+  DecodeStats stats = lookup_stats();
+  stats.speculative.unverified = 7;
+  const std::string footer = format_decode_stats(stats, generation());
+  EXPECT_NE(footer.find("50% of drafts accepted, 7 drafts not verified\n"), std::string::npos)
+      << footer;
+  EXPECT_EQ(decode_stats_json(stats, generation())["unverified"], 7);
 }
 
 }  // namespace
