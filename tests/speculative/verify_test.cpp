@@ -395,6 +395,20 @@ class LosslessSampling : public ::testing::Test {
     return sampling;
   }
 
+  // One sampled generation on top of `prefix` (prompt_prefix), ended after `count` tokens.
+  GenerationResult sample(SpeculativeGenerator& generator, const StateSnapshot& prefix,
+                          uint64_t seed, int count) const {
+    ModelState run = model->new_state();
+    run.restore(prefix);
+    GenerationConfig config;
+    config.sampling = sampling;
+    config.sampling.seed = seed;
+    config.max_tokens = 8;
+    int seen = 0;
+    return generator.generate(prompt, run, config,
+                              [&](const CommittedToken&) { return ++seen < count; });
+  }
+
   testing::TinyCheckpoint checkpoint{57};
   const std::vector<int32_t> prompt = {3, 14, 15, 92, 65};
   std::unique_ptr<Model> model;
@@ -412,15 +426,7 @@ TEST_F(LosslessSampling, FirstTwoTokensFollowTheTargetWithAWrongDrafter) {
   std::map<std::pair<int32_t, int32_t>, int> observed;
   const int samples = 20000;
   for (int s = 0; s < samples; ++s) {
-    ModelState run = model->new_state();
-    run.restore(prefix);
-    GenerationConfig config;
-    config.sampling = sampling;
-    config.sampling.seed = 1000 + s;
-    config.max_tokens = 8;
-    int seen = 0;
-    auto result =
-        generator.generate(prompt, run, config, [&](const CommittedToken&) { return ++seen < 2; });
+    const GenerationResult result = sample(generator, prefix, 1000 + s, 2);
     ASSERT_GE(result.tokens.size(), 2u);
     ++observed[{result.tokens[0], result.tokens[1]}];
   }
@@ -580,15 +586,7 @@ TEST_F(LosslessSampling, FirstThreeTokensFollowTheTargetUnderTheConfidenceSchedu
     // A new generation each time: its first round offers the derived cap at the prior, 3.
     DerivedCap policy(scheduler);
     SpeculativeGenerator generator(*model, drafter, policy);
-    ModelState run = model->new_state();
-    run.restore(prefix);
-    GenerationConfig config;
-    config.sampling = sampling;
-    config.sampling.seed = 90000 + s;
-    config.max_tokens = 8;
-    int seen = 0;
-    const auto result =
-        generator.generate(prompt, run, config, [&](const CommittedToken&) { return ++seen < 3; });
+    const GenerationResult result = sample(generator, prefix, 90000 + s, 3);
     ASSERT_GE(result.tokens.size(), 3u);
     ++observed[{result.tokens[0], result.tokens[1], result.tokens[2]}];
     unverified += generator.stats().unverified;
