@@ -21,11 +21,6 @@ namespace {
 // Routed-expert rows (tokens × top_k) gathered per batch, bounding MoE scratch memory in prefill.
 constexpr int64_t kMaxExpertRowsPerBatch = 4096;
 
-float* grow(std::vector<float>& buffer, int64_t n) {
-  if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(n);
-  return buffer.data();
-}
-
 struct NemotronConfig {
   int64_t hidden = 0;
   int64_t vocab = 0;

@@ -7,14 +7,6 @@
 #include "model/state.h"
 
 namespace dspark {
-namespace {
-
-float* grow(std::vector<float>& buffer, int64_t n) {
-  if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(n);
-  return buffer.data();
-}
-
-}  // namespace
 
 void attention_mixer(const AttentionWeights& weights, const AttentionShape& shape, const float* xn,
                      int64_t rows, const Attend& attend, float* out) {

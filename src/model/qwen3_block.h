@@ -16,6 +16,12 @@
 
 namespace dspark {
 
+// A layer's scratch buffer, grown to at least n floats (kept between calls: thread_local buffers).
+inline float* grow(std::vector<float>& buffer, int64_t n) {
+  if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(n);
+  return buffer.data();
+}
+
 struct AttentionWeights {
   const LinearWeights* q_proj = nullptr;  // with a gated query: per head [q | gate]
   const LinearWeights* k_proj = nullptr;

@@ -21,6 +21,13 @@ struct Draft {
   // the drafts worth their verify rows (CapPolicy::drafts_to_verify).
   std::vector<double> survival;
   bool from_lookup = false;
+
+  // Keeps the first n drafts (with their proposals and survivals).
+  void keep_first(size_t n) {
+    if (tokens.size() > n) tokens.resize(n);
+    if (proposals.size() > n) proposals.resize(n);
+    if (survival.size() > n) survival.resize(n);
+  }
 };
 
 struct DraftRequest {

@@ -210,8 +210,7 @@ Draft DSparkDrafter::propose(const DraftRequest& request) {
       ++keep;
     }
     keep = std::max<size_t>(keep, 1);
-    draft.tokens.resize(keep);
-    if (!draft.proposals.empty()) draft.proposals.resize(keep);
+    draft.keep_first(keep);
   }
   double survival = 1.0;
   for (size_t i = 0; i < last_confidences_.size() && i < draft.tokens.size(); ++i) {

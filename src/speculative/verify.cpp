@@ -239,16 +239,12 @@ GenerationResult SpeculativeGenerator::generate(const std::vector<int32_t>& prom
           const int offered = static_cast<int>(draft.tokens.size());
           const int keep = std::clamp(caps_.drafts_to_verify(draft.survival, offered), 0, offered);
           stats_.unverified += offered - keep;
-          draft.tokens.resize(keep);
-          if (draft.proposals.size() > draft.tokens.size()) draft.proposals.resize(keep);
+          draft.keep_first(keep);
           cap_used = keep;
         }
       }
     }
-    if (static_cast<int64_t>(draft.tokens.size()) > budget) {
-      draft.tokens.resize(budget);
-      if (draft.proposals.size() > draft.tokens.size()) draft.proposals.resize(draft.tokens.size());
-    }
+    draft.keep_first(static_cast<size_t>(std::max<int64_t>(budget, 0)));
     for (int32_t id : draft.tokens) {
       if (id < 0 || id >= vocab)
         fail("drafter '{}' proposed token {} outside the vocabulary", drafter_.name(), id);
