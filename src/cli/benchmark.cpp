@@ -214,11 +214,16 @@ void print_calibration(const std::string& what, const Calibration& calibration, 
   for (size_t c = 0; c < calibration.curves.drafter_ms.size(); ++c) {
     drafts += fmt::format(" {}:{:.3g}", c + 1, calibration.curves.drafter_ms[c]);
   }
-  fmt::print(
-      stderr, "{}: verify ms by width{}{}; overhead {:.3g} ms ({}; derived cap {}{})\n", what,
-      widths, drafts.empty() ? "" : "; drafter ms by cap" + drafts, calibration.curves.overhead_ms,
-      calibration.from_cache ? "cached" : fmt::format("measured in {:.1f} s", calibration.seconds),
-      derived_cap, derived_cap == 0 ? ": plain steps pay best" : "");
+  std::string source =
+      calibration.from_cache ? "cached" : fmt::format("measured in {:.1f} s", calibration.seconds);
+  if (calibration.stale) {
+    source += fmt::format(", the cached width-1 verify ({:.3g} ms) took {:.3g} ms now",
+                          calibration.stale->cached_ms, calibration.stale->now_ms);
+  }
+  fmt::print(stderr, "{}: verify ms by width{}{}; overhead {:.3g} ms ({}; derived cap {}{})\n",
+             what, widths, drafts.empty() ? "" : "; drafter ms by cap" + drafts,
+             calibration.curves.overhead_ms, source, derived_cap,
+             derived_cap == 0 ? ": plain steps pay best" : "");
 }
 
 void write_file(const std::string& path, const std::string& contents) {

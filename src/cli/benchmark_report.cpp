@@ -62,6 +62,10 @@ nlohmann::json calibration_json(const Calibration& calibration, int max_cap, int
   nlohmann::json out = cost_curves_json(calibration.curves);
   out["key"] = calibration.key;
   out["from_cache"] = calibration.from_cache;
+  if (calibration.stale) {
+    out["stale_cache"] = {{"cached_width1_ms", calibration.stale->cached_ms},
+                          {"now_width1_ms", calibration.stale->now_ms}};
+  }
   out["seconds"] = calibration.seconds;
   out["max_cap"] = max_cap;
   out["derived_cap"] = derived_cap;

@@ -95,6 +95,29 @@ struct Measurer {
   }
 };
 
+// A cached calibration holds only while the machine runs as it did when it was measured: one
+// taken while other work loaded the cores prices drafts out for as long as it is cached. So the
+// fastest of a few width-1 forwards at the reference context, timed now, checks it, and a cache
+// slower than that by more than both kStaleRatio and kStaleMs is measured again. Only that
+// direction counts: a forward timed now can always be slowed by a neighbour or a late thread
+// wake-up, so a cache faster than now proves nothing, and the margins keep the noise of
+// sub-millisecond forwards out.
+constexpr double kStaleRatio = 1.5;
+constexpr double kStaleMs = 1.0;
+constexpr int kStaleChecks = 3;
+
+double width1_now_ms(const Model& target, const CalibrationOptions& options) {
+  Measurer m{target, options, Repeats{1, 1}, {}, target.new_state(), {}, {}, {}};
+  m.inflate_to(options.context);
+  double fastest = m.verify_ms(1);
+  for (int i = 1; i < kStaleChecks; ++i) fastest = std::min(fastest, m.verify_ms(1));
+  return fastest;
+}
+
+bool cache_is_stale(double cached_ms, double now_ms) {
+  return cached_ms - now_ms > kStaleMs && cached_ms > kStaleRatio * now_ms;
+}
+
 int64_t deep_context(const Model& target, const CalibrationOptions& options) {
   const int64_t limit =
       target.max_context() - 2 * options.max_width - options.deep_warmups - options.deep_iterations;
@@ -284,9 +307,14 @@ Calibration calibrate(const Model& target, const DrafterFactory& drafter,
   if (options.use_cache) {
     const nlohmann::json cache = read_cache(path);
     if (cache.contains(result.key)) {
-      result.curves = cost_curves_from_json(cache[result.key], path + " [" + result.key + "]");
-      result.from_cache = true;
-      return result;
+      CostCurves cached = cost_curves_from_json(cache[result.key], path + " [" + result.key + "]");
+      const double now_ms = width1_now_ms(target, options);
+      if (!cache_is_stale(cached.verify(1), now_ms)) {
+        result.curves = std::move(cached);
+        result.from_cache = true;
+        return result;
+      }
+      result.stale = StaleCache{cached.verify(1), now_ms};
     }
   }
   const double start = now_seconds();

@@ -10,6 +10,7 @@
 // costs do not depend on what the caches hold.
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "model/model.h"
@@ -36,11 +37,19 @@ struct CalibrationOptions {
   int deep_iterations = 3;
 };
 
+// A cached calibration that a width-1 forward timed at start-up contradicted (calibration.cpp).
+struct StaleCache {
+  double cached_ms = 0.0;  // the cache's width-1 verify
+  double now_ms = 0.0;     // the same forward timed now
+};
+
 struct Calibration {
   CostCurves curves;
   std::string key;
   bool from_cache = false;
   double seconds = 0.0;  // spent measuring (0 when read from the cache)
+  // Set when the cache held this key but was measured again because it no longer matched.
+  std::optional<StaleCache> stale;
 };
 
 // The cache key: schema, CPU model, best ISA, threads, mode, target, drafter, quantisation and
@@ -48,7 +57,9 @@ struct Calibration {
 std::string calibration_key(const Model& target, const CalibrationOptions& options);
 
 // Measures (or reads from the cache) the cost curves of `target` with the drafter `drafter`
-// makes (null: no model drafter; drafter costs stay empty).
+// makes (null: no model drafter; drafter costs stay empty). A cached entry is first checked
+// against one width-1 forward timed now, and measured again when the machine no longer runs as
+// it did (`Calibration::stale`).
 Calibration calibrate(const Model& target, const DrafterFactory& drafter,
                       const CalibrationOptions& options);
 

@@ -1,6 +1,7 @@
 // Calibration on a tiny hybrid (Mamba + attention + MoE) model: every cost is measured, the
 // recurrent state survives the roll-backs between iterations, results are cached per key and read
-// back unchanged, and a damaged cache entry is refused by name.
+// back unchanged, a cache the machine no longer matches is measured again, and a damaged cache
+// entry is refused by name.
 #include "speculative/calibration.h"
 
 #include <gtest/gtest.h>
@@ -73,6 +74,31 @@ TEST_F(Calibrate, MeasuresEveryCostAndCachesIt) {
   const nlohmann::json cache = nlohmann::json::parse(in);
   EXPECT_TRUE(cache.contains(first.key));
   EXPECT_TRUE(cache.contains(other.key));
+}
+
+// A cache written while the machine was loaded (here: every verify 1,000 times slower than this
+// model runs) no longer matches a width-1 forward timed now, so it is measured again and replaced.
+TEST_F(Calibrate, AStaleCacheIsMeasuredAgain) {
+  const Calibration first = calibrate(*model_, DrafterFactory{}, options_);
+  nlohmann::json cache;
+  {
+    std::ifstream in(cache_);
+    cache = nlohmann::json::parse(in);
+  }
+  for (auto& [width, ms] : cache[first.key]["verify"].items()) ms = ms.get<double>() * 1000.0;
+  {
+    std::ofstream out(cache_);
+    out << cache.dump();
+  }
+  const Calibration again = calibrate(*model_, DrafterFactory{}, options_);
+  EXPECT_FALSE(again.from_cache);
+  ASSERT_TRUE(again.stale.has_value());
+  EXPECT_DOUBLE_EQ(again.stale->cached_ms, cache[first.key]["verify"]["1"].get<double>());
+  EXPECT_LT(again.stale->now_ms, again.stale->cached_ms / 10.0);
+  EXPECT_LT(again.curves.verify(1), again.stale->cached_ms / 10.0);
+
+  const Calibration third = calibrate(*model_, DrafterFactory{}, options_);
+  EXPECT_EQ(third.curves.verify_ms, again.curves.verify_ms);  // the re-measured curves were cached
 }
 
 TEST_F(Calibrate, CapPolicyUsesTheMeasuredCurvesOrFallsBackToTwo) {
