@@ -41,11 +41,11 @@ def torch_rounds(head, out):
             position, pending = record["position"], record["pending"]
             context = head.context(fed[:position])
             hidden = head.backbone(context, torch.tensor([position]), torch.tensor([pending]))
-            base = hidden[0] @ head.embedding.T
+            base = head.base_logits(hidden[0])
             drafts, logits, prev = [], [], pending
             for i in range(dspark_head.BLOCK_SIZE):
                 slot = base[i] + head.markov_w2 @ head.markov_w1[prev]
-                prev = int(slot.argmax())
+                prev = int(head.to_target(slot.argmax()))
                 drafts.append(prev)
                 logits.append(slot.numpy())
             results.append((drafts, np.stack(logits)))

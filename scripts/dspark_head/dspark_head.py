@@ -77,7 +77,13 @@ class DSparkHead(torch.nn.Module):
                          config["head_dim"])
         taps, r = len(config["target_layer_ids"]), config["markov_rank"]
         V = config["vocab_size"]
+        Vd = config.get("draft_vocab_size") or V
         self.register_buffer("embedding", embedding, persistent=False)  # shared, frozen
+        # A draft vocabulary (reduce_vocab.py): the head's own lm_head rows and each draft id's
+        # target id; without one, the target's tied lm_head and the identity.
+        self.lm_head = torch.nn.Parameter(torch.zeros(Vd, H)) if Vd != V else None
+        self.register_buffer("draft_ids", torch.arange(Vd) if Vd != V else None,
+                             persistent=False)
 
         def linear(rows, cols):
             return torch.nn.Parameter(torch.randn(rows, cols) / math.sqrt(cols))
@@ -101,7 +107,7 @@ class DSparkHead(torch.nn.Module):
             self.layers.append(layer)
         self.norm = torch.nn.Parameter(torch.ones(H))
         self.markov_w1 = torch.nn.Parameter(torch.randn(V, r) * 0.02)
-        self.markov_w2 = torch.nn.Parameter(torch.zeros(V, r))
+        self.markov_w2 = torch.nn.Parameter(torch.zeros(Vd, r))
         self.confidence_w = torch.nn.Parameter(torch.zeros(1, H + r))
         self.confidence_b = torch.nn.Parameter(torch.zeros(1))
 
@@ -180,11 +186,26 @@ class DSparkHead(torch.nn.Module):
         """Markov-biased logits [N, W, V] and confidence logits [N, W] with the previous token
         of each slot given (teacher forcing: the anchor, then the sequence's tokens)."""
         markov = self.markov_w1[prev_tokens]  # [N, W, r]
-        logits = hidden @ self.embedding.T + markov @ self.markov_w2.T
+        logits = self.base_logits(hidden) + markov @ self.markov_w2.T
         # The confidence head only reads the drafter's features: its loss must not steer them.
         features = torch.cat([hidden.detach(), markov.detach()], dim=-1)
         confidence = (features @ self.confidence_w.T).squeeze(-1) + self.confidence_b
         return logits, confidence
+
+    def base_logits(self, hidden):
+        """The lm_head's logits over the draft vocabulary, before the Markov bias."""
+        return hidden @ (self.embedding if self.lm_head is None else self.lm_head).T
+
+    def to_target(self, draft_ids):
+        return draft_ids if self.draft_ids is None else self.draft_ids[draft_ids]
+
+    def widen(self, q):
+        """A distribution over the draft vocabulary as one over the target's (zeros elsewhere)."""
+        if self.draft_ids is None:
+            return q
+        full = q.new_zeros(q.shape[:-1] + (self.embedding.shape[0],))
+        full[..., self.draft_ids] = q
+        return full
 
     def named_tensors(self):
         """The checkpoint's tensor names (DeepSpec schema) and this module's parameters."""
@@ -201,6 +222,8 @@ class DSparkHead(torch.nn.Module):
                 t[f"{p}.self_attn.{name}.weight"] = getattr(layer, name)
             for name in ("gate_proj", "up_proj", "down_proj"):
                 t[f"{p}.mlp.{name}.weight"] = getattr(layer, name)
+        if self.lm_head is not None:
+            t["lm_head.weight"] = self.lm_head
         return t
 
     def export(self, out_dir, dtype=torch.bfloat16):
@@ -222,6 +245,8 @@ class DSparkHead(torch.nn.Module):
         with torch.no_grad():
             for name, parameter in head.named_tensors().items():
                 parameter.copy_(stored[name].float())
+            if head.draft_ids is not None:
+                head.draft_ids = torch.arange(len(stored["d2t"])) + stored["d2t"].long()
         return head
 
 

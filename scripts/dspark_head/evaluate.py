@@ -68,11 +68,11 @@ def draft_blocks(head, sequence, layers, anchors, greedy):
     context = head.context(taps[: anchors.max()])
     hidden = head.backbone(context, torch.from_numpy(anchors),
                            torch.from_numpy(sequence.tokens[anchors]))
-    base = hidden @ head.embedding.T  # [N, W, V]
+    base = head.base_logits(hidden)  # [N, W, draft vocabulary]
     if not greedy:
         rows = np.minimum(anchors[:, None] + np.arange(W), len(sequence.tokens) - 1)
         logits, confidence = head.slot_outputs(hidden, torch.from_numpy(sequence.tokens[rows]))
-        return torch.softmax(logits, -1), torch.sigmoid(confidence)
+        return head.widen(torch.softmax(logits, -1)), torch.sigmoid(confidence)
     drafts, confidences = [], []
     prev = torch.from_numpy(sequence.tokens[anchors])
     for i in range(W):
@@ -80,7 +80,7 @@ def draft_blocks(head, sequence, layers, anchors, greedy):
         logits = base[:, i] + markov @ head.markov_w2.T
         features = torch.cat([hidden[:, i], markov], -1)
         confidences.append(torch.sigmoid(features @ head.confidence_w[0] + head.confidence_b))
-        prev = logits.argmax(-1)
+        prev = head.to_target(logits.argmax(-1))
         drafts.append(prev)
     return torch.stack(drafts, 1), torch.stack(confidences, 1)
 

@@ -44,10 +44,14 @@ def reference_head(bits):
 @pytest.mark.parametrize("bits", [4, 0])
 def test_default_head_matches_mlx_dspark(tmp_path, target, bits):
     drafter, config = reference_head(bits)
-    assert config.block_size == 7 and drafter.lm_head is None
+    assert config.block_size == 7
     # The target's float32 copy: its 8-bit embedding rows dequantized without float16 rounding.
     embed = target.model.embed_tokens
-    drafter.bind_lm_head(embed.as_linear)
+    if config.draft_vocab_size is None:
+        assert drafter.lm_head is None
+        drafter.bind_lm_head(embed.as_linear)
+    else:  # a draft vocabulary: the head's own lm_head, and d2t mapping its ids to the target's
+        assert drafter.lm_head is not None and drafter._draft_to_target is not None
     drafter.bind_embed(embed)
     n_taps = len(config.target_layer_ids)
     compared = 0
