@@ -183,8 +183,9 @@ class DSparkHead(torch.nn.Module):
         return rms_norm(x, self.norm, eps)
 
     def slot_outputs(self, hidden, prev_tokens):
-        """Markov-biased logits [N, W, V] and confidence logits [N, W] with the previous token
-        of each slot given (teacher forcing: the anchor, then the sequence's tokens)."""
+        """Markov-biased logits [N, W, draft vocabulary] and confidence logits [N, W] with the
+        previous token of each slot given (teacher forcing: the anchor, then the sequence's
+        tokens)."""
         markov = self.markov_w1[prev_tokens]  # [N, W, r]
         logits = self.base_logits(hidden) + markov @ self.markov_w2.T
         # The confidence head only reads the drafter's features: its loss must not steer them.

@@ -211,6 +211,9 @@ def main():
     head.init_from_target(target, first)
     if args.init_head:
         exported = dspark_head.DSparkHead.load_exported(args.init_head, target.embedding())
+        if exported.lm_head is not None:
+            sys.exit(f"{args.init_head} has a draft vocabulary; training starts from the "
+                     "full-vocabulary head that reduce_vocab.py narrowed")
         if exported.config != config:
             sys.exit(f"{args.init_head} is a head of other settings ({exported.config}); pass "
                      "the --taps, --layers and --markov-rank it was trained with")
