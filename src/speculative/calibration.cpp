@@ -308,13 +308,13 @@ Calibration calibrate(const Model& target, const DrafterFactory& drafter,
     const nlohmann::json cache = read_cache(path);
     if (cache.contains(result.key)) {
       CostCurves cached = cost_curves_from_json(cache[result.key], path + " [" + result.key + "]");
-      const double now_ms = width1_now_ms(target, options);
-      if (!cache_is_stale(cached.verify(1), now_ms)) {
+      const StaleCache check{cached.verify(1), width1_now_ms(target, options)};
+      if (!cache_is_stale(check.cached_ms, check.now_ms)) {
         result.curves = std::move(cached);
         result.from_cache = true;
         return result;
       }
-      result.stale = StaleCache{cached.verify(1), now_ms};
+      result.stale = check;
     }
   }
   const double start = now_seconds();

@@ -58,8 +58,8 @@ std::string calibration_key(const Model& target, const CalibrationOptions& optio
 
 // Measures (or reads from the cache) the cost curves of `target` with the drafter `drafter`
 // makes (null: no model drafter; drafter costs stay empty). A cached entry is first checked
-// against one width-1 forward timed now, and measured again when the machine no longer runs as
-// it did (`Calibration::stale`).
+// against the fastest of a few width-1 forwards timed now, and measured again when it is clearly
+// slower: it was then written on a loaded machine (`Calibration::stale`).
 Calibration calibrate(const Model& target, const DrafterFactory& drafter,
                       const CalibrationOptions& options);
 
