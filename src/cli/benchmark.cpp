@@ -11,9 +11,7 @@
 
 #include <filesystem>
 #include <fstream>
-#include <latch>
 #include <sstream>
-#include <thread>
 
 #include "base/error.h"
 #include "base/system_info.h"
@@ -273,46 +271,41 @@ std::vector<int> parse_levels(const std::string& text) {
 }
 
 // One arm at one load: `sequences` generations at once, generation i on prompt i mod |prompts|,
-// their target forwards batched (what `serve --parallel` runs). Returns the aggregate tok/s and
-// fills the step figures and whether every generation equals plain decoding of its prompt.
+// stepped together (decode_together: one batched target forward a step, as `serve --parallel`
+// runs them). Returns the aggregate tok/s and fills the step figures and whether every generation
+// equals plain decoding of its prompt.
 double run_load(const Model& model, const std::vector<Prompt>& prompts,
                 const std::vector<std::vector<int32_t>>& plain_tokens, const Arm& arm,
                 const GenerationConfig& config, LoadRun& load) {
-  ForwardBatcher batcher(model);
-  std::vector<GenerationResult> results(load.sequences);
-  std::vector<DecodeStats> stats(load.sequences);
-  std::vector<std::string> errors(load.sequences);
-  std::latch joined(load.sequences);
-  std::vector<std::thread> threads;
+  const TokenCallback keep_going = [](const CommittedToken&) { return true; };
+  std::vector<ModelState> states;
+  std::vector<std::unique_ptr<Decoding>> decodings;
+  std::vector<SequenceDecoder*> decoders;
   const double start = now_seconds();
-  for (int i = 0; i < load.sequences; ++i) {
-    threads.emplace_back([&, i] {
-      ForwardBatcher::Membership membership(batcher);
-      joined.arrive_and_wait();
-      try {
-        DecodeSetup setup = arm.setup;
-        setup.batcher = &batcher;
-        ModelState state = model.new_state();
-        results[i] = run_generation(
-            model, prompts[i % prompts.size()].tokens, state, config, setup,
-            [](const CommittedToken&) { return true; }, &stats[i]);
-      } catch (const std::exception& e) {
-        errors[i] = e.what();
-      }
-    });
+  StepCounters counters;
+  try {
+    states.reserve(load.sequences);  // the decoders hold references to them
+    for (int i = 0; i < load.sequences; ++i) states.push_back(model.new_state());
+    for (int i = 0; i < load.sequences; ++i) {
+      decodings.push_back(std::make_unique<Decoding>(model, prompts[i % prompts.size()].tokens,
+                                                     states[i], config, arm.setup, keep_going));
+      decoders.push_back(&decodings.back()->decoder());
+    }
+    decode_together(model, decoders, &counters);
+  } catch (const std::exception& e) {
+    fail("{} at {} sequences: {}", arm.label, load.sequences, e.what());
   }
-  for (std::thread& thread : threads) thread.join();
   const double wall = now_seconds() - start;
   int64_t generated = 0, drafted = 0, rounds = 0;
   for (int i = 0; i < load.sequences; ++i) {
-    if (!errors[i].empty()) fail("{} at {} sequences: {}", arm.label, load.sequences, errors[i]);
-    generated += results[i].stats.generated_tokens;
-    drafted += stats[i].speculative.drafted;
-    rounds += stats[i].speculative.rounds;
+    const GenerationResult& result = decoders[i]->result();
+    const DecodeStats stats = decodings[i]->stats();
+    generated += result.stats.generated_tokens;
+    drafted += stats.speculative.drafted;
+    rounds += stats.speculative.rounds;
     load.matches_plain =
-        load.matches_plain && results[i].tokens == plain_tokens[i % plain_tokens.size()];
+        load.matches_plain && result.tokens == plain_tokens[i % plain_tokens.size()];
   }
-  const ForwardBatcher::Counters counters = batcher.counters();
   if (counters.steps > 0) {
     load.step_ms = 1000.0 * counters.busy_seconds / static_cast<double>(counters.steps);
     load.sequences_per_step = double(counters.sequence_forwards) / double(counters.steps);

@@ -39,7 +39,18 @@ int ForwardBatcher::members() const {
   return members_;
 }
 
-ForwardBatcher::Counters ForwardBatcher::counters() const {
+void StepCounters::add_step(const std::vector<SequenceRun>& runs, double seconds) {
+  const auto width = static_cast<int64_t>(runs.size());
+  busy_seconds += seconds;
+  ++steps;
+  sequence_forwards += width;
+  for (const SequenceRun& run : runs) rows += run.n;
+  widest = std::max(widest, width);
+  if (static_cast<int64_t>(steps_by_width.size()) < width) steps_by_width.resize(width);
+  ++steps_by_width[width - 1];
+}
+
+StepCounters ForwardBatcher::counters() const {
   std::lock_guard lock(mutex_);
   return counters_;
 }
@@ -80,13 +91,7 @@ void ForwardBatcher::step_loop() {
     }
     const std::chrono::duration<double> busy = std::chrono::steady_clock::now() - start;
     lock.lock();
-    counters_.busy_seconds += busy.count();
-    ++counters_.steps;
-    counters_.sequence_forwards += static_cast<int64_t>(step.size());
-    for (const SequenceRun& run : runs) counters_.rows += run.n;
-    counters_.widest = std::max<int64_t>(counters_.widest, static_cast<int64_t>(step.size()));
-    if (counters_.steps_by_width.size() < step.size()) counters_.steps_by_width.resize(step.size());
-    ++counters_.steps_by_width[step.size() - 1];
+    counters_.add_step(runs, busy.count());
     for (Request* request : step) {
       request->error = error;
       request->done = true;

@@ -22,6 +22,19 @@
 
 namespace dspark {
 
+// What batched steps (Model::forward_batch) have carried.
+struct StepCounters {
+  int64_t steps = 0;                    // batched forwards run
+  int64_t sequence_forwards = 0;        // forwards the steps served (> steps once requests overlap)
+  int64_t rows = 0;                     // token rows the steps ran
+  int64_t widest = 0;                   // most sequences in one step
+  std::vector<int64_t> steps_by_width;  // [w - 1]: steps that carried w sequences
+  double busy_seconds = 0.0;            // inside the steps' forwards
+
+  // One step over `runs` that took `seconds`.
+  void add_step(const std::vector<SequenceRun>& runs, double seconds);
+};
+
 class ForwardBatcher {
  public:
   // `grace`: how long a step waits for joined generations that have not sent their forward yet
@@ -54,15 +67,7 @@ class ForwardBatcher {
   // Generations joined now (Membership).
   int members() const;
 
-  struct Counters {
-    int64_t steps = 0;              // batched forwards run
-    int64_t sequence_forwards = 0;  // forwards the steps served (> steps once requests overlap)
-    int64_t rows = 0;               // token rows the steps ran
-    int64_t widest = 0;             // most sequences in one step
-    std::vector<int64_t> steps_by_width;  // [w - 1]: steps that carried w sequences
-    double busy_seconds = 0.0;            // inside the steps' forwards
-  };
-  Counters counters() const;
+  StepCounters counters() const;
 
  private:
   struct Request {
@@ -80,7 +85,7 @@ class ForwardBatcher {
   std::vector<Request*> pending_;
   int members_ = 0;
   bool stopping_ = false;
-  Counters counters_;
+  StepCounters counters_;
   std::thread thread_;
 };
 

@@ -1,8 +1,9 @@
 #pragma once
-// One generation at the token level: prefill the prompt on a model state, then decode one token at
-// a time with the sampler until an end token, the token budget, or the caller says stop. Text
-// concerns (detokenizing, stop strings) stay with the caller, which sees each token as it is
-// committed and may end the generation there.
+// One generation at the token level, as its callers see it: what it is asked (GenerationConfig),
+// what it reports per committed token and at the end, and the rules plain and speculative decoding
+// share (when a generation ends, how many tokens it may still commit). The one decoding loop, with
+// or without drafts, is speculative/verify.h. Text concerns (detokenizing, stop strings) stay with
+// the caller, which sees each token as it is committed and may end the generation there.
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -11,7 +12,6 @@
 
 #include "engine/answer_constraint.h"
 #include "engine/forced_tokens.h"
-#include "engine/forward_batcher.h"
 #include "engine/sampler.h"
 #include "model/model.h"
 
@@ -75,21 +75,5 @@ std::optional<FinishReason> finish_after(const GenerationConfig& config, int32_t
 // speculative decoding hand the same figure to the reasoning budget.
 int64_t tokens_left(const GenerationConfig& config, const Model& model, int64_t prompt_tokens,
                     int64_t generated_tokens);
-
-class Generator {
- public:
-  // With a batcher, the target forwards are batched with other generations' (forward_batcher.h).
-  explicit Generator(const Model& model, ForwardBatcher* batcher = nullptr)
-      : model_(model), batcher_(batcher) {}
-
-  // Generates on `state`, which must hold exactly the first state.length() prompt tokens already
-  // (0 for a fresh state; more when a prefix cache restored them): only the rest is prefilled.
-  GenerationResult generate(const std::vector<int32_t>& prompt, ModelState& state,
-                            const GenerationConfig& config, const TokenCallback& on_token) const;
-
- private:
-  const Model& model_;
-  ForwardBatcher* batcher_;
-};
 
 }  // namespace dspark

@@ -110,7 +110,7 @@ void Metrics::count_rejected() {
 namespace {
 
 // The batched steps (engine/forward_batcher.h): totals, and how many sequences the steps carried.
-void render_batch(const ForwardBatcher::Counters& batch, std::string& out) {
+void render_batch(const StepCounters& batch, std::string& out) {
   counter("dspark_batch_steps_total", "Batched target forwards run.", double(batch.steps), out);
   counter("dspark_batch_sequence_forwards_total",
           "Sequence forwards the batched steps served (above the step count once requests "
@@ -162,7 +162,7 @@ void Metrics::render_slots(std::string& out) const {
 }
 
 std::string Metrics::render(const std::map<std::string, double>& gauges,
-                            const ForwardBatcher::Counters* batch) const {
+                            const StepCounters* batch) const {
   std::lock_guard lock(mutex_);
   std::string out;
   out +=

@@ -61,7 +61,7 @@ class Metrics {
   // Extra gauges rendered as given (name -> value), e.g. memory and prefix-cache figures, and the
   // batched steps' counters and width histogram when `batch` is given.
   std::string render(const std::map<std::string, double>& gauges,
-                     const ForwardBatcher::Counters* batch = nullptr) const;
+                     const StepCounters* batch = nullptr) const;
 
  private:
   mutable std::mutex mutex_;

@@ -828,7 +828,7 @@ struct Server::Impl {
       res.set_content(dump_json(Json({{"object", "list"}, {"data", data}})), "application/json");
     });
     http.Get("(?:/v1)?/metrics/?", [this](const httplib::Request&, httplib::Response& res) {
-      std::optional<ForwardBatcher::Counters> batch;
+      std::optional<StepCounters> batch;
       std::map<std::string, double> gauges = {
           {"dspark_resident_memory_bytes", double(current_rss_bytes())},
           {"dspark_peak_resident_memory_bytes", double(peak_rss_bytes())},

@@ -39,53 +39,62 @@ int lookup_cap_ceiling(const DecodeOptions& options) {
   return std::max(options.max_draft.value_or(kLookupMaxDraft), options.lookup_long_draft);
 }
 
+Decoding::Decoding(const Model& model, const std::vector<int32_t>& prompt, ModelState& state,
+                   const GenerationConfig& config, const DecodeSetup& setup,
+                   const TokenCallback& on_token)
+    : mode_(setup.options.mode) {
+  const DecodeOptions& options = setup.options;
+  options_.batcher = setup.batcher;
+  if (mode_ == DecodeMode::baseline) {
+    drafter_ = std::make_unique<NoDrafts>();
+    caps_ = std::make_unique<FixedCap>(0);
+  } else if (mode_ == DecodeMode::lookup) {
+    const int max_draft = options.max_draft.value_or(kLookupMaxDraft);
+    drafter_ =
+        std::make_unique<LookupDrafter>(LookupParams{3, 4, max_draft, lookup_cap_ceiling(options)});
+    if (setup.cap_policy) caps_ = setup.cap_policy(options);
+    if (!caps_) caps_ = std::make_unique<FixedCap>(lookup_cap_ceiling(options));
+    cap_ = max_draft;
+  } else {
+    if (!setup.drafter) fail("{} mode needs a drafter", decode_mode_name(mode_));
+    drafter_ = setup.drafter();
+    if (setup.cap_policy) caps_ = setup.cap_policy(options);
+    if (!caps_) caps_ = std::make_unique<FixedCap>(options.max_draft.value_or(kFallbackCap));
+    cap_ = caps_->current_cap();
+    if (options.lookup_drafts) {
+      lookup_ = std::make_unique<LookupDrafter>(LookupParams{4, 5, 6, options.lookup_long_draft});
+      options_.lookup = lookup_.get();
+      options_.lookup_cap = options.lookup_long_draft;
+      if (setup.lookup_cap_policy) lookup_caps_ = setup.lookup_cap_policy(options);
+      options_.lookup_caps = lookup_caps_.get();
+    }
+  }
+  decoder_ = std::make_unique<SequenceDecoder>(model, *drafter_, *caps_, options_, prompt, state,
+                                               config, on_token);
+}
+
+Decoding::~Decoding() = default;
+
+DecodeStats Decoding::stats() const {
+  DecodeStats stats;
+  stats.mode = mode_;
+  stats.cap = cap_;
+  if (mode_ != DecodeMode::baseline) stats.speculative = decoder_->stats();
+  return stats;
+}
+
 GenerationResult run_generation(const Model& model, const std::vector<int32_t>& prompt,
                                 ModelState& state, const GenerationConfig& config,
                                 const DecodeSetup& setup, const TokenCallback& on_token,
                                 DecodeStats* stats) {
-  const DecodeOptions& options = setup.options;
-  DecodeStats local;
-  DecodeStats& out = stats != nullptr ? *stats : local;
-  out = DecodeStats{};
-  out.mode = options.mode;
-  if (options.mode == DecodeMode::baseline) {
-    return Generator(model, setup.batcher).generate(prompt, state, config, on_token);
+  if (stats != nullptr) {
+    *stats = DecodeStats{};
+    stats->mode = setup.options.mode;
   }
-  if (options.mode == DecodeMode::lookup) {
-    const int max_draft = options.max_draft.value_or(kLookupMaxDraft);
-    LookupDrafter lookup(LookupParams{3, 4, max_draft, lookup_cap_ceiling(options)});
-    FixedCap ceiling(lookup_cap_ceiling(options));
-    std::unique_ptr<CapPolicy> load_caps;
-    if (setup.cap_policy) load_caps = setup.cap_policy(options);
-    out.cap = max_draft;
-    SpeculativeOptions speculative;
-    speculative.batcher = setup.batcher;
-    SpeculativeGenerator generator(model, lookup, load_caps ? *load_caps : ceiling, speculative);
-    GenerationResult result = generator.generate(prompt, state, config, on_token);
-    out.speculative = generator.stats();
-    return result;
-  }
-  if (!setup.drafter) fail("{} mode needs a drafter", decode_mode_name(options.mode));
-  std::unique_ptr<Drafter> drafter = setup.drafter();
-  std::unique_ptr<CapPolicy> caps;
-  if (setup.cap_policy) caps = setup.cap_policy(options);
-  if (!caps) caps = std::make_unique<FixedCap>(options.max_draft.value_or(kFallbackCap));
-  out.cap = caps->current_cap();
-  std::unique_ptr<LookupDrafter> lookup;
-  std::unique_ptr<CapPolicy> lookup_caps;
-  SpeculativeOptions speculative;
-  speculative.batcher = setup.batcher;
-  if (options.lookup_drafts) {
-    lookup = std::make_unique<LookupDrafter>(LookupParams{4, 5, 6, options.lookup_long_draft});
-    speculative.lookup = lookup.get();
-    speculative.lookup_cap = options.lookup_long_draft;
-    if (setup.lookup_cap_policy) lookup_caps = setup.lookup_cap_policy(options);
-    speculative.lookup_caps = lookup_caps.get();
-  }
-  SpeculativeGenerator generator(model, *drafter, *caps, speculative);
-  GenerationResult result = generator.generate(prompt, state, config, on_token);
-  out.speculative = generator.stats();
-  return result;
+  Decoding decoding(model, prompt, state, config, setup, on_token);
+  decoding.decoder().run_to_end(setup.batcher);
+  if (stats != nullptr) *stats = decoding.stats();
+  return decoding.decoder().result();
 }
 
 }  // namespace dspark

@@ -56,6 +56,32 @@ struct DecodeSetup {
   ForwardBatcher* batcher = nullptr;
 };
 
+// One generation set up as `setup` says (its drafter, cap policies and lookup pre-step, owned
+// here), as a SequenceDecoder: run_generation runs it alone, decode_together with others. The
+// references passed in must outlive it.
+class Decoding {
+ public:
+  Decoding(const Model& model, const std::vector<int32_t>& prompt, ModelState& state,
+           const GenerationConfig& config, const DecodeSetup& setup, const TokenCallback& on_token);
+  ~Decoding();
+  Decoding(const Decoding&) = delete;
+  Decoding& operator=(const Decoding&) = delete;
+
+  SequenceDecoder& decoder() { return *decoder_; }
+  // The statistics so far (complete once the decoder has finished).
+  DecodeStats stats() const;
+
+ private:
+  DecodeMode mode_;
+  int cap_ = 0;
+  std::unique_ptr<Drafter> drafter_;
+  std::unique_ptr<CapPolicy> caps_;
+  std::unique_ptr<Drafter> lookup_;
+  std::unique_ptr<CapPolicy> lookup_caps_;
+  SpeculativeOptions options_;
+  std::unique_ptr<SequenceDecoder> decoder_;
+};
+
 GenerationResult run_generation(const Model& model, const std::vector<int32_t>& prompt,
                                 ModelState& state, const GenerationConfig& config,
                                 const DecodeSetup& setup, const TokenCallback& on_token,

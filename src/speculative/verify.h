@@ -5,15 +5,21 @@
 // target token (the correction, or the bonus after a full accept), and rolls the state back to the
 // accept point (KV trimmed; Mamba layers rebuilt bit-exactly from the recorded inputs).
 //
-// Output equals plain decoding's (engine/generator.h) token for token when greedy, and follows the
+// Plain decoding is this loop with no drafts (generate_plain): every round runs the target on the
+// pending token alone. Speculative output equals it token for token when greedy, and follows the
 // same target distribution when sampling: penalties are applied per verify row with the counts of
 // every token before that row, exactly as sequential decoding would. The reasoning budget is
 // consulted after every committed token as in plain decoding: a round stops committing where it
 // fires, and the forced ids take one forward of their own.
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <vector>
 
+#include "engine/answer_constraint.h"
+#include "engine/forced_tokens.h"
+#include "engine/forward_batcher.h"
 #include "engine/generator.h"
 #include "speculative/drafter.h"
 
@@ -100,6 +106,99 @@ struct SpeculativeOptions {
   std::function<void(const ModelState&)> after_round;
 };
 
+class DrafterFeed;
+
+// One generation as a sequence of target forwards, split so that a caller can run the forwards of
+// many generations as one (decode_together): next_run() plans the next forward (the prompt's
+// prefill; the forced ids; or the pending token and the round's drafts, after drafting them) and
+// finish_run() takes its output: acceptance (acceptance.h), commits, stop and budget checks, and
+// the rollback to the accept point. A round without drafts is plain decoding.
+//
+// The references passed in (model, drafter, policies, state, config, callback) must outlive the
+// decoder. The callback runs inside finish_run.
+class SequenceDecoder {
+ public:
+  // Throws as check_prompt does.
+  SequenceDecoder(const Model& model, Drafter& drafter, CapPolicy& caps,
+                  const SpeculativeOptions& options, const std::vector<int32_t>& prompt,
+                  ModelState& state, const GenerationConfig& config, const TokenCallback& on_token);
+  ~SequenceDecoder();
+  SequenceDecoder(const SequenceDecoder&) = delete;
+  SequenceDecoder& operator=(const SequenceDecoder&) = delete;
+
+  // The next forward, or nothing once the generation has ended. Its buffers stay valid until
+  // finish_run, which must follow once the forward has run.
+  std::optional<SequenceRun> next_run();
+  void finish_run();
+  // Runs the remaining forwards one by one, through `batcher` when there is one (it batches them
+  // with other threads' generations), else straight to the model.
+  void run_to_end(ForwardBatcher* batcher);
+  // `sequences` generations (this one included) share each step of decode_together; told to the
+  // cap policies like a batcher's members.
+  void set_load(int sequences) { load_ = sequences; }
+
+  bool finished() const { return phase_ == Phase::done; }
+  // The result so far (complete once finished()).
+  const GenerationResult& result() const { return result_; }
+  const SpeculativeStats& stats() const { return stats_; }
+
+ private:
+  enum class Phase { prefill, forced, verify, idle, done };
+  void commit(int32_t id, const float* raw_logits, bool forced);
+  void end_generation();
+  SequenceRun run_of(const std::vector<int32_t>& rows);
+  void plan_forced();
+  void plan_round();
+  void finish_prefill();
+  void finish_forced();
+  void finish_round();
+  // The generations sharing the steps: the batcher's members, or set_load's figure.
+  int load() const;
+
+  const Model& model_;
+  Drafter& drafter_;
+  CapPolicy& caps_;
+  const SpeculativeOptions& options_;
+  ModelState& state_;
+  const GenerationConfig& config_;
+  const TokenCallback& on_token_;
+  const std::vector<int> taps_;
+  const int64_t vocab_;
+  const int64_t prompt_tokens_;
+  const bool wants_rows_;
+  Rng rng_;
+  TokenCounts counts_;
+  ForcedTokens forcing_;
+  AnswerConstraint constraint_;
+  std::vector<int32_t> committed_;
+  std::unique_ptr<DrafterFeed> feed_;
+  ForwardOutput output_;
+  GenerationResult result_;
+  SpeculativeStats stats_;
+  Phase phase_ = Phase::prefill;
+  // Forced ids due after the last commit (ForcedTokens::due); copied when their forward is planned.
+  const std::vector<int32_t>* forced_due_ = nullptr;
+  double decode_start_ = 0.0;
+  // The planned forward.
+  std::vector<int32_t> rows_;
+  std::vector<int64_t> logit_rows_;
+  std::vector<int32_t> forced_;
+  Draft draft_;
+  Drafter* source_ = nullptr;
+  int cap_used_ = 0;
+  int64_t length_before_ = 0;
+  double round_start_ = 0.0;
+  double forward_start_ = 0.0;
+  int load_ = 0;
+};
+
+// Runs the generations to their ends, every step one Model::forward_batch over the next forward of
+// each unfinished one. Each generation's output and states are the ones it gets alone: the
+// forward's rows are row invariant and everything else is per sequence.
+// `counters`, when given, receives the steps as a ForwardBatcher counts its own.
+void decode_together(const Model& model, const std::vector<SequenceDecoder*>& sequences,
+                     StepCounters* counters = nullptr);
+
 class SpeculativeGenerator {
  public:
   SpeculativeGenerator(const Model& model, Drafter& drafter, CapPolicy& caps,
@@ -117,9 +216,19 @@ class SpeculativeGenerator {
   SpeculativeStats stats_;
 };
 
-// Lossless acceptance of one draft token at T > 0: accept with probability min(1, p(x) / q(x)),
-// q = δ(x) when `proposal` is empty. On rejection, `residual` receives norm(max(p − q, 0)).
-bool accept_sampled(const TokenDistribution& target, const TokenDistribution* proposal,
-                    int32_t token, double uniform, TokenDistribution& residual);
+// Plain decoding's drafter, beside a cap of 0: it is never asked for drafts and needs no taps.
+class NoDrafts : public Drafter {
+ public:
+  std::string name() const override { return "none"; }
+  Draft propose(const DraftRequest& /*request*/) override { return {}; }
+};
+
+// Plain decoding: prefill the part of the prompt `state` does not hold yet (check_prompt), then
+// one target row per token, sampled with config.sampling, until an end token, max_tokens, the
+// context's end, or on_token returning false. With a batcher, the target forwards are batched
+// with other generations' (engine/forward_batcher.h).
+GenerationResult generate_plain(const Model& model, const std::vector<int32_t>& prompt,
+                                ModelState& state, const GenerationConfig& config,
+                                const TokenCallback& on_token, ForwardBatcher* batcher = nullptr);
 
 }  // namespace dspark

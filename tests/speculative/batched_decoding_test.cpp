@@ -51,8 +51,8 @@ std::vector<int32_t> plain_continuation(const Model& model, const Case& c) {
   GenerationConfig config;
   config.max_tokens = c.max_tokens;
   std::vector<int32_t> full = c.prompt;
-  const GenerationResult plain = Generator(model).generate(
-      c.prompt, state, config, [](const CommittedToken&) { return true; });
+  const GenerationResult plain =
+      generate_plain(model, c.prompt, state, config, [](const CommittedToken&) { return true; });
   full.insert(full.end(), plain.tokens.begin(), plain.tokens.end());
   return full;
 }
@@ -144,7 +144,7 @@ TEST_P(BatchedDecoding, EveryGenerationEqualsItsLoneRun) {
   }
   // The loop reports the load to the cap policy (which the derived cap and the controller use).
   EXPECT_EQ(most_load.load(), static_cast<int>(cases.size()));
-  const ForwardBatcher::Counters counters = batcher.counters();
+  const StepCounters counters = batcher.counters();
   EXPECT_EQ(counters.widest, static_cast<int64_t>(cases.size()));
   EXPECT_GT(counters.sequence_forwards, 3 * counters.steps);
   std::filesystem::remove_all(dir);

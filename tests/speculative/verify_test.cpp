@@ -82,16 +82,15 @@ struct Counts {
 // plain decoding's at the same length, for every drafter kind and cap 1..8.
 void check_lossless_greedy(const Model& model, const std::vector<std::vector<int32_t>>& prompts,
                            int64_t max_tokens, const std::vector<int>& caps, Counts& counts) {
-  Generator plain_generator(model);
   for (const auto& prompt : prompts) {
     const PlainRun plain = plain_run(model, prompt, max_tokens);
     {
-      // The Generator (what `dspark generate` runs) agrees with the hand-rolled plain loop.
+      // generate_plain (what `dspark generate` runs) agrees with the hand-rolled plain loop.
       ModelState state = model.new_state();
       GenerationConfig config;
       config.max_tokens = max_tokens;
-      auto result = plain_generator.generate(prompt, state, config,
-                                             [](const CommittedToken&) { return true; });
+      auto result =
+          generate_plain(model, prompt, state, config, [](const CommittedToken&) { return true; });
       ASSERT_EQ(result.tokens, plain.tokens);
     }
     std::vector<int32_t> full = prompt;
@@ -163,6 +162,148 @@ INSTANTIATE_TEST_SUITE_P(Storages, LosslessGreedy, ::testing::Values(Storage::bf
                          [](const auto& info) {
                            return info.param == Storage::bf16 ? "bf16" : "q4";
                          });
+
+// At the end of the context every decoder stops where plain decoding does: the last forward fills
+// the context's last position and its token is the last committed, whatever the drafts.
+TEST(LosslessGreedy, EveryDecoderRunsToTheEndOfTheContext) {
+  testing::TinyCheckpoint checkpoint(43);
+  testing::fill_nemotron(checkpoint, "M*EM");
+  constexpr int64_t kContext = 24;
+  checkpoint.config["max_position_embeddings"] = kContext;
+  auto model = load_model(checkpoint.write());
+  ASSERT_EQ(model->max_context(), kContext);
+  for (const auto& prompt : test_prompts(model->vocab_size())) {
+    const int64_t fits = kContext - static_cast<int64_t>(prompt.size()) + 1;
+    const PlainRun plain = plain_run(*model, prompt, fits);
+    GenerationConfig config;
+    config.max_tokens = 1000;
+    auto keep_going = [](const CommittedToken&) { return true; };
+    ModelState plain_state = model->new_state();
+    const GenerationResult alone = generate_plain(*model, prompt, plain_state, config, keep_going);
+    EXPECT_EQ(alone.tokens, plain.tokens);
+    EXPECT_EQ(alone.finish_reason, FinishReason::length);
+    EXPECT_EQ(plain_state.length(), kContext);
+    std::vector<int32_t> full = prompt;
+    full.insert(full.end(), plain.tokens.begin(), plain.tokens.end());
+    for (int kind = 0; kind < 4; ++kind) {
+      for (int cap : {1, 3, 8}) {
+        std::unique_ptr<Drafter> drafter = make_drafter(kind, full, model->vocab_size(), 7, cap);
+        FixedCap fixed(cap);
+        ModelState state = model->new_state();
+        const GenerationResult result = SpeculativeGenerator(*model, *drafter, fixed)
+                                            .generate(prompt, state, config, keep_going);
+        EXPECT_EQ(result.tokens, plain.tokens) << drafter->name() << " cap " << cap;
+        EXPECT_EQ(result.finish_reason, FinishReason::length);
+        EXPECT_EQ(state.length(), kContext) << drafter->name() << " cap " << cap;
+      }
+    }
+  }
+}
+
+// One thread steps many generations through decode_together, one forward_batch a step: each,
+// plain or with any drafter, greedy or sampled, with penalties or a reasoning budget, returns what
+// it returns alone, and its state after every round equals its lone state after the same round,
+// bit for bit.
+TEST(DecodeTogether, EveryGenerationEqualsItsLoneRunStateByState) {
+  testing::TinyCheckpoint checkpoint(47);
+  testing::fill_nemotron(checkpoint, "M*EMEM-");
+  const std::string dir = testing::write_stored(checkpoint, Storage::q4, "together");
+  auto model = load_model(dir);
+  const int64_t vocab = model->vocab_size();
+  struct Case {
+    std::vector<int32_t> prompt, full;
+    GenerationConfig config;
+    int kind = -1;  // -1: plain, else make_drafter's kind
+    int cap = 0;
+  };
+  std::mt19937 rng(3);
+  const int kinds[] = {-1, 0, 1, 2, 3, -1, 0, 2, 3, 1};
+  std::vector<Case> cases;
+  for (int i = 0; i < 10; ++i) {
+    Case c;
+    for (int t = 0; t < 3 + 4 * i; ++t) c.prompt.push_back(static_cast<int32_t>(rng() % vocab));
+    if (i == 8) c.prompt = {5, 6, 7, 8, 5, 6, 7, 8, 5, 6};  // lookup drafts hit
+    c.config.max_tokens = 8 + 3 * i;
+    c.config.sampling.temperature = i % 3 == 1 ? 1.0f : 0.0f;
+    c.config.sampling.seed = 100 + i;
+    if (i == 4 || i == 5) {
+      c.config.sampling.repetition_penalty = 1.3f;
+      c.config.sampling.logit_bias = {{3, 2.5f}};
+    }
+    if (i == 6 || i == 9) {
+      c.config.reasoning_budget.budget = 3;
+      c.config.reasoning_budget.forced_ids = {3, 4, 5};
+      c.config.reasoning_budget.starts_in_reasoning = true;
+      c.config.reasoning_budget.token_text = [](int32_t) { return std::string("x"); };
+    }
+    c.kind = kinds[i];
+    c.cap = c.kind < 0 ? 0 : 1 + i % 4;
+    c.full = c.prompt;
+    const PlainRun plain = plain_run(*model, c.prompt, c.config.max_tokens);
+    c.full.insert(c.full.end(), plain.tokens.begin(), plain.tokens.end());
+    cases.push_back(std::move(c));
+  }
+  auto keep_going = [](const CommittedToken&) { return true; };
+  auto drafter_for = [&](const Case& c) -> std::unique_ptr<Drafter> {
+    if (c.kind < 0) return std::make_unique<NoDrafts>();
+    return make_drafter(c.kind, c.full, vocab, 11, c.cap);
+  };
+
+  std::vector<GenerationResult> alone;
+  std::vector<std::vector<StateSnapshot>> alone_states(cases.size());
+  for (size_t i = 0; i < cases.size(); ++i) {
+    std::unique_ptr<Drafter> drafter = drafter_for(cases[i]);
+    FixedCap cap(cases[i].cap);
+    SpeculativeOptions options;
+    options.after_round = [&](const ModelState& state) {
+      alone_states[i].push_back(state.snapshot());
+    };
+    ModelState state = model->new_state();
+    alone.push_back(SpeculativeGenerator(*model, *drafter, cap, options)
+                        .generate(cases[i].prompt, state, cases[i].config, keep_going));
+  }
+
+  std::vector<std::unique_ptr<Drafter>> drafters;
+  std::vector<std::unique_ptr<FixedCap>> caps;
+  std::vector<SpeculativeOptions> options(cases.size());
+  std::vector<ModelState> states;
+  std::vector<std::unique_ptr<SequenceDecoder>> decoders;
+  std::vector<SequenceDecoder*> together;
+  std::vector<size_t> rounds(cases.size(), 0);
+  int state_checks = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    drafters.push_back(drafter_for(cases[i]));
+    caps.push_back(std::make_unique<FixedCap>(cases[i].cap));
+    states.push_back(model->new_state());
+  }
+  for (size_t i = 0; i < cases.size(); ++i) {
+    options[i].after_round = [&, i](const ModelState& state) {
+      const size_t round = rounds[i]++;
+      ASSERT_LT(round, alone_states[i].size()) << "generation " << i;
+      EXPECT_TRUE(same_state(state.snapshot(), alone_states[i][round]))
+          << "generation " << i << " round " << round;
+      ++state_checks;
+    };
+    decoders.push_back(std::make_unique<SequenceDecoder>(*model, *drafters[i], *caps[i], options[i],
+                                                         cases[i].prompt, states[i],
+                                                         cases[i].config, keep_going));
+    together.push_back(decoders.back().get());
+  }
+  decode_together(*model, together);
+  int with_drafts = 0, forced = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    ASSERT_TRUE(decoders[i]->finished());
+    EXPECT_EQ(decoders[i]->result().tokens, alone[i].tokens) << "generation " << i;
+    EXPECT_EQ(decoders[i]->result().finish_reason, alone[i].finish_reason) << "generation " << i;
+    EXPECT_EQ(rounds[i], alone_states[i].size()) << "generation " << i;
+    with_drafts += decoders[i]->stats().accepted > 0;
+    forced += decoders[i]->stats().forced_forwards > 0;
+  }
+  EXPECT_GT(state_checks, 100);
+  EXPECT_GE(with_drafts, 3);
+  EXPECT_EQ(forced, 2);
+  std::filesystem::remove_all(dir);
+}
 
 // Another drafter's drafts with survival estimates attached (survival[i] = certainty^(i + 1)), as
 // a DSpark head's confidence head reports them.
@@ -677,8 +818,8 @@ TEST(ReasoningBudgetDecoding, SpeculativeEqualsPlainWithTheBudget) {
         ++quiet_cases;
       }
       ModelState plain_state = model->new_state();
-      const GenerationResult reference = Generator(*model).generate(
-          prompt, plain_state, config, [](const CommittedToken&) { return true; });
+      const GenerationResult reference = generate_plain(*model, prompt, plain_state, config,
+                                                        [](const CommittedToken&) { return true; });
       ASSERT_EQ(reference.tokens, expected) << "budget " << c.budget;
       EXPECT_EQ(reference.budget_forced, fire_at >= 0);
 
@@ -734,7 +875,7 @@ TEST(ReasoningBudgetDecoding, LogprobsOnlyWhenAskedAndEqualAcrossDecoders) {
   };
   auto plain = [&](const TokenCallback& on_token) {
     ModelState state = model->new_state();
-    Generator(*model).generate(prompt, state, config, on_token);
+    generate_plain(*model, prompt, state, config, on_token);
   };
   EXPECT_EQ(collect(plain), std::vector<float>(config.max_tokens, 0.0f));
   config.logprobs = true;
@@ -802,11 +943,10 @@ TEST(LosslessGreedy, PenaltiesAndLogitBiasEqualPlain) {
   config.sampling.frequency_penalty = 0.2f;
   config.sampling.logit_bias = {{3, 2.5f}, {7, -1.5f}, {11, 1.0f}};
   auto keep_going = [](const CommittedToken&) { return true; };
-  Generator plain_generator(*model);
   int with_drafts = 0;
   for (const auto& prompt : test_prompts(vocab)) {
     ModelState plain_state = model->new_state();
-    const auto plain = plain_generator.generate(prompt, plain_state, config, keep_going);
+    const auto plain = generate_plain(*model, prompt, plain_state, config, keep_going);
     EXPECT_NE(plain.tokens, plain_run(*model, prompt, config.max_tokens).tokens)
         << "the adjustments should change the output";
     std::vector<int32_t> full = prompt;
@@ -829,7 +969,7 @@ TEST(LosslessGreedy, PenaltiesAndLogitBiasEqualPlain) {
   forced.max_tokens = 5;
   forced.sampling.logit_bias = {{9, 1000.0f}};
   ModelState state = model->new_state();
-  EXPECT_EQ(plain_generator.generate(test_prompts(vocab)[0], state, forced, keep_going).tokens,
+  EXPECT_EQ(generate_plain(*model, test_prompts(vocab)[0], state, forced, keep_going).tokens,
             std::vector<int32_t>(5, 9));
 }
 
@@ -887,8 +1027,8 @@ TEST(AnswerPrefixDecoding, SpeculativeEqualsPlainWithAForcedPrefix) {
   for (Case& c : cases) {
     c.config.max_tokens = max_tokens;
     ModelState plain_state = model->new_state();
-    const GenerationResult reference = Generator(*model).generate(
-        prompt, plain_state, c.config, [](const CommittedToken&) { return true; });
+    const GenerationResult reference = generate_plain(*model, prompt, plain_state, c.config,
+                                                      [](const CommittedToken&) { return true; });
     ASSERT_EQ(reference.tokens, c.expected) << c.name;
     std::vector<int32_t> full = prompt;
     full.insert(full.end(), c.expected.begin(), c.expected.end());
@@ -968,7 +1108,7 @@ TEST(ConstrainedDecoding, SpeculativeEqualsPlainUnderAGrammar) {
       }
       ModelState plain_state = model->new_state();
       const GenerationResult plain =
-          Generator(*model).generate(prompt, plain_state, config, keep_going);
+          generate_plain(*model, prompt, plain_state, config, keep_going);
       ASSERT_GE(plain.tokens.size(), head.size());
       EXPECT_TRUE(std::equal(head.begin(), head.end(), plain.tokens.begin())) << c.name;
       // Every constrained token was allowed, and the grammar changed the output.

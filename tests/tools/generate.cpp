@@ -13,8 +13,8 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
-#include "engine/generator.h"
 #include "formats/checkpoint.h"
+#include "speculative/verify.h"
 
 int main(int argc, char** argv) {
   if (argc != 4) {
@@ -31,20 +31,20 @@ int main(int argc, char** argv) {
     config.sampling.top_logprobs = 2;
     config.logprobs = true;
     nlohmann::json outputs = nlohmann::json::array();
-    dspark::Generator generator(*model);
     for (const auto& prompt : requests.at("prompts")) {
       const auto ids = prompt.get<std::vector<int32_t>>();
       dspark::ModelState state = model->new_state();
       dspark::RoutingCounts routing;
       model->set_routing_counts(&routing);
       nlohmann::json margins = nlohmann::json::array(), logprobs = nlohmann::json::array();
-      auto result = generator.generate(ids, state, config, [&](const dspark::CommittedToken& t) {
-        margins.push_back(t.alternatives.size() == 2
-                              ? t.alternatives[0].logprob - t.alternatives[1].logprob
-                              : 0.0f);
-        logprobs.push_back(t.logprob);
-        return true;
-      });
+      auto result =
+          dspark::generate_plain(*model, ids, state, config, [&](const dspark::CommittedToken& t) {
+            margins.push_back(t.alternatives.size() == 2
+                                  ? t.alternatives[0].logprob - t.alternatives[1].logprob
+                                  : 0.0f);
+            logprobs.push_back(t.logprob);
+            return true;
+          });
       model->set_routing_counts(nullptr);
       outputs.push_back({{"tokens", result.tokens},
                          {"margins", margins},

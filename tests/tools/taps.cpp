@@ -33,8 +33,8 @@
 #include <thread>
 
 #include "base/error.h"
-#include "engine/generator.h"
 #include "engine/model_bundle.h"
+#include "speculative/verify.h"
 #include "tensor/dtype.h"
 #include "tool_main.h"
 
@@ -101,14 +101,14 @@ int run(const std::string& script_path, const std::string& out_stem) {
     slots.emplace_back([&, slot] {
       try {
         ForwardBatcher::Membership membership(batcher);
-        const Generator generator(model, &batcher);
         for (size_t i = next_prompt++; i < prompts.size(); i = next_prompt++) {
           GenerationConfig config = base_config;
           config.sampling.temperature = prompts[i].value("temperature", 0.0f);
           config.sampling.seed = prompts[i].value("seed", uint64_t{0});
           ModelState state = model.new_state();
-          answers[i] = generator.generate(prompt_tokens[i], state, config,
-                                          [](const CommittedToken&) { return true; });
+          answers[i] = generate_plain(
+              model, prompt_tokens[i], state, config, [](const CommittedToken&) { return true; },
+              &batcher);
         }
       } catch (...) {
         errors[static_cast<size_t>(slot)] = std::current_exception();
