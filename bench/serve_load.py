@@ -13,6 +13,7 @@ slots' forwards share steps, which never changes a row).
 
     python bench/serve_load.py [--parallel 4] [--concurrency 1,2,4,8,16] [--tokens 128]
         [--repeats 3] [--modes baseline,lookup] [--llama-server PATH] [--model DIR --gguf FILE]
+        [--compare-build OTHER_BUILD_DIR]
 
 The default model is the installed SmolLM2-135M-Instruct (dspark, MLX 4-bit) and the Q4_1 GGUF it
 was converted from (llama.cpp). llama-server is left out when no binary is given or found beside
@@ -134,6 +135,9 @@ def main():
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--build", default=str(ROOT / "build"))
+    parser.add_argument("--compare-build",
+                        help="another dspark build directory whose --parallel N server runs "
+                             "beside this build's (an A/B of two builds in one run)")
     parser.add_argument("--model", default=str(MODELS / "SmolLM2-135M-Instruct"))
     parser.add_argument("--gguf", help="the GGUF for llama-server (default: the default model's)")
     parser.add_argument("--llama-server", help="llama.cpp's llama-server binary")
@@ -162,6 +166,15 @@ def main():
                 dspark, "serve", "--model", args.model, "--port", str(port), "--parallel",
                 str(slots), "--threads", str(args.threads), "--mode", mode, "--no-prefix-cache"],
                 port))
+    if args.compare_build:
+        for mode in modes:
+            port = free_port()
+            label = f"{args.compare_build} --parallel {args.parallel}" + (
+                f" {mode}" if len(modes) > 1 else "")
+            servers.append(Server(label, [
+                str(pathlib.Path(args.compare_build) / "dspark"), "serve", "--model", args.model,
+                "--port", str(port), "--parallel", str(args.parallel), "--threads",
+                str(args.threads), "--mode", mode, "--no-prefix-cache"], port))
     if binary:
         port = free_port()
         # Each slot gets the context dspark's requests need, like dspark's per-slot states.
@@ -187,7 +200,7 @@ def main():
                 results[(s.label, c)].append(rate)
                 ttft[(s.label, c)] += [a[2] for a in answers]
                 gaps[(s.label, c)] += [g for a in answers for g in a[3]]
-                if s.label.startswith("dspark"):
+                if not s.label.startswith("llama-server"):
                     for i, answer in enumerate(answers):
                         if answer[:2] != alone[i][:2]:
                             sys.exit(f"{s.label}: request {i} at concurrency {c} changed under load")
@@ -201,6 +214,8 @@ def main():
     if binary:
         ratios.append((1, len(labels) - 1))
     ratios += [(2 * m + 1, 1) for m in range(1, len(modes))]
+    if args.compare_build:
+        ratios += [(2 * m + 1, 2 * len(modes) + m) for m in range(len(modes))]
     print(f"Aggregate decode throughput, tok/s ({args.tokens} tokens per request, {args.threads} "
           f"threads, median of {args.repeats} rounds; model {args.model}"
           + (f", llama-server on {pathlib.Path(gguf_path).name}" if binary else "") + ")")

@@ -73,13 +73,8 @@ Engine::Engine(std::unique_ptr<ModelBundle> bundle, EngineOptions options, Metri
   if (!bundle_->chat_template.empty()) {
     template_.emplace(bundle_->chat_template, bundle_->name + " chat template");
   }
-  const int slots = std::max(options_.parallel, 1);
-  running_.resize(slots);
-  if (slots > 1) {
-    batcher_ = std::make_unique<ForwardBatcher>(*bundle_->model);
-    options_.decode.batcher = batcher_.get();
-  }
-  for (int slot = 0; slot < slots; ++slot) threads_.emplace_back([this, slot] { worker(slot); });
+  running_.resize(std::max(options_.parallel, 1));
+  stepper_ = std::thread([this] { step_loop(); });
 }
 
 Engine::~Engine() {
@@ -89,7 +84,7 @@ Engine::~Engine() {
 void Engine::shutdown() {
   {
     std::lock_guard lock(mutex_);
-    if (stopping_ && threads_.empty()) return;
+    if (stopping_ && !stepper_.joinable()) return;
     stopping_ = true;
     for (auto& job : queue_) job->cancel();
     for (auto& job : running_) {
@@ -97,8 +92,7 @@ void Engine::shutdown() {
     }
   }
   work_.notify_all();
-  for (std::thread& thread : threads_) thread.join();
-  threads_.clear();
+  if (stepper_.joinable()) stepper_.join();
 }
 
 PreparedPrompt Engine::prepare(const ChatRequest& request) const {
@@ -360,8 +354,9 @@ std::vector<bool> Engine::slots_busy() {
   return busy;
 }
 
-ForwardBatcher::Counters Engine::batch_counters() const {
-  return batcher_ ? batcher_->counters() : ForwardBatcher::Counters{};
+StepCounters Engine::batch_counters() const {
+  std::lock_guard lock(mutex_);
+  return counters_;
 }
 
 int64_t Engine::running_jobs() const {
@@ -377,38 +372,6 @@ bool Engine::idle() {
 void Engine::publish_queue() {
   std::lock_guard lock(mutex_);
   metrics_.set_queue(static_cast<int64_t>(queue_.size()), running_jobs());
-}
-
-void Engine::worker(int slot) {
-  while (true) {
-    std::shared_ptr<Job> job;
-    {
-      std::unique_lock lock(mutex_);
-      work_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;
-      job = queue_.front();
-      queue_.pop_front();
-      running_[slot] = job;
-    }
-    publish_queue();
-    if (job->cancelled()) {
-      GenerationSummary summary;
-      summary.finish = Finish::cancelled;
-      summary.usage.prompt_tokens = static_cast<int64_t>(job->prompt.ids.size());
-      job->finish(std::move(summary));
-    } else {
-      job->mark_running();
-      run(*job, slot);
-    }
-    {
-      std::lock_guard lock(mutex_);
-      running_[slot].reset();
-    }
-    // Hands the pages a generation freed (its scratch, a dropped cache state) back to the system,
-    // so the server's RSS follows what it holds rather than its high-water mark.
-    malloc_trim(0);
-    publish_queue();
-  }
 }
 
 namespace {
@@ -474,149 +437,349 @@ class BorrowedDrafter final : public Drafter {
 
 }  // namespace
 
-void Engine::run(Job& job, int slot) {
-  job.started = now_seconds();
-  job.slot = slot;
-  // The steps wait (briefly) for this generation's forwards while it runs.
-  std::optional<ForwardBatcher::Membership> membership;
-  if (batcher_) membership.emplace(*batcher_);
-  const Model& model = *bundle_->model;
-  const Tokenizer& tokenizer = *bundle_->tokenizer;
-  const auto& prompt = job.prompt.ids;
-  const int64_t prompt_len = static_cast<int64_t>(prompt.size());
-  GenerationSummary summary;
-  summary.usage.prompt_tokens = prompt_len;
-
-  CacheLease lease = cache_.acquire(prompt);
-  summary.usage.cached_tokens = lease.cached_tokens;
-  ModelState& state = lease.state;
-  std::vector<int32_t> generated;
-  try {
+// One job in its slot, as the step loop drives it: the prompt's prefill in chunks (cancellation
+// points, prefix-cache checkpoints; the drafter fed each chunk's taps), then its SequenceDecoder,
+// streaming parsed output as tokens commit, then the summary and the state's return to the
+// prefix cache.
+class Engine::SlotRun {
+ public:
+  SlotRun(Engine& engine, std::shared_ptr<Job> job, int slot)
+      : engine_(engine),
+        job_(std::move(job)),
+        slot_(slot),
+        lease_(engine.cache_.acquire(job_->prompt.ids)),
+        prompt_len_(static_cast<int64_t>(job_->prompt.ids.size())),
+        detokenizer_(*engine.bundle_->tokenizer, /*skip_special_tokens=*/false),
+        stops_(job_->request.stop),
+        parser_(job_->prompt.parser),
+        reasoning_(job_->prompt.parser) {
+    job_->started = now_seconds();
+    job_->slot = slot;
+    summary_.usage.prompt_tokens = prompt_len_;
+    summary_.usage.cached_tokens = lease_.cached_tokens;
+    prefill_from_ = lease_.state.length();
     // A model drafter reads the target's taps of every prompt row: a cache hit brings the drafter
     // that ran with the cached state (its context cut to the same prefix), a miss starts afresh.
-    DecodeSetup setup = options_.decode;
-    if (setup.drafter) {
-      if (!lease.drafter) lease.drafter = setup.drafter();
-      setup.drafter = [&lease] { return std::make_unique<BorrowedDrafter>(*lease.drafter); };
+    setup_ = engine.options_.decode;
+    if (setup_.drafter) {
+      if (!lease_.drafter) lease_.drafter = setup_.drafter();
+      setup_.drafter = [this] { return std::make_unique<BorrowedDrafter>(*lease_.drafter); };
     }
-    const std::vector<int> taps = lease.drafter ? lease.drafter->tap_layers() : std::vector<int>{};
-    // Prefill all but the last prompt token here, in chunks (cancellation points), taking the
-    // prefix-cache checkpoints on the way; the generator runs the last token.
-    std::vector<int64_t> marks;
-    if (cache_.enabled() && cache_.checkpointed()) {
-      if (job.prompt.stable_boundary > state.length() && job.prompt.stable_boundary < prompt_len) {
-        marks.push_back(job.prompt.stable_boundary);
+    if (lease_.drafter) taps_ = lease_.drafter->tap_layers();
+    // Checkpoints for the prefix cache: where the conversation as history ends, and every rung.
+    const PrefixCache& cache = engine.cache_;
+    if (cache.enabled() && cache.checkpointed()) {
+      const int64_t boundary = job_->prompt.stable_boundary;
+      if (boundary > lease_.state.length() && boundary < prompt_len_) marks_.push_back(boundary);
+      const int64_t rung = cache.options().rung_interval;
+      for (int64_t at = rung; rung > 0 && at < prompt_len_; at += rung) {
+        if (at > lease_.state.length()) marks_.push_back(at);
       }
-      const int64_t rung = cache_.options().rung_interval;
-      for (int64_t at = rung; rung > 0 && at < prompt_len; at += rung) {
-        if (at > state.length()) marks.push_back(at);
-      }
-      std::sort(marks.begin(), marks.end());
+      std::sort(marks_.begin(), marks_.end());
     }
-    ForwardOutput scratch;
-    size_t next_mark = 0;
-    const int64_t chunk = std::max<int64_t>(options_.prefill_chunk, 1);
-    const int64_t prefill_from = state.length();
-    while (state.length() < prompt_len - 1 && !job.cancelled()) {
-      metrics_.set_prefill(slot, state.length() - prefill_from, prompt_len - prefill_from);
-      int64_t end = std::min(state.length() + chunk, prompt_len - 1);
-      if (next_mark < marks.size()) end = std::min(end, marks[next_mark]);
-      const int64_t start = state.length();
-      target_forward(model, batcher_.get(), prompt.data() + start, end - start, state, {}, taps,
-                     scratch);
-      if (lease.drafter) {
-        lease.drafter->on_target_rows(prompt.data() + start, end - start, scratch.taps.data());
-      }
-      if (next_mark < marks.size() && state.length() == marks[next_mark]) {
-        lease.checkpoints.push_back(state.snapshot());
-        ++next_mark;
-      }
-    }
-    metrics_.set_prefill(slot, 0, 0);
-    const double prefill_manual = now_seconds() - job.started;
-    if (job.cancelled()) {
-      summary.finish = Finish::cancelled;
-    } else {
-      StreamingDetokenizer detokenizer(tokenizer, /*skip_special_tokens=*/false);
-      StopStringMatcher stops(job.request.stop);
-      ChatOutputParser parser(job.prompt.parser);
-      ReasoningCounter reasoning(job.prompt.parser);
-      const auto& eos = job.config.eos_ids;
-      bool stopped_by_string = false;
-      auto deliver = [&](const std::string& text) {
-        if (!text.empty()) job.push(parser.feed(text));
-      };
-      auto on_token = [&](const CommittedToken& token) {
-        if (job.first_token < 0) job.first_token = now_seconds();
-        generated.push_back(token.id);
-        if (std::find(eos.begin(), eos.end(), token.id) != eos.end()) return true;
-        const std::string piece = detokenizer.push(token.id);
-        reasoning.add(piece);
-        if (job.request.logprobs) {
-          TokenLogprobEntry entry{tokenizer.decode({token.id}, false), token.logprob, {}};
-          for (const auto& alt : token.alternatives) {
-            entry.top.emplace_back(tokenizer.decode({alt.id}, false), alt.logprob);
-          }
-          summary.logprobs.push_back(std::move(entry));
-        }
-        auto released = stops.push(piece);
-        deliver(released.emit);
-        if (released.stopped) {
-          stopped_by_string = true;
-          summary.stop_sequence = released.matched;
-          return false;
-        }
-        return !job.cancelled();
-      };
-      DecodeStats decode_stats;
-      GenerationResult result =
-          run_generation(model, prompt, state, job.config, setup, on_token, &decode_stats);
-      if (!stopped_by_string) deliver(stops.push(detokenizer.flush()).emit + stops.flush());
-      job.push(parser.finish());
-      const bool has_tool_calls = job.saw_tool_call_;
-      summary.usage.completion_tokens = static_cast<int64_t>(result.tokens.size());
-      summary.usage.reasoning_tokens = reasoning.tokens();
-      if (job.cancelled())
-        summary.finish = Finish::cancelled;
-      else if (stopped_by_string)
-        summary.finish = Finish::stop_sequence;
-      else if (result.finish_reason == FinishReason::length)
-        summary.finish = Finish::length;
-      else
-        summary.finish = has_tool_calls ? Finish::tool_calls : Finish::stop;
-      // Prefill ran here (all but the last prompt token) and in the generator (the last one).
-      GenerationStats st = result.stats;
-      st.cached_prompt_tokens = lease.cached_tokens;
-      st.prefill_seconds += prefill_manual;
-      const double total = now_seconds() - job.started;
-      summary.stats = decode_stats_json(decode_stats, st);
-      summary.stats["cached_tokens"] = lease.cached_tokens;
-      summary.stats["completion_tokens"] = st.generated_tokens;
-      summary.stats["ttft_seconds"] = job.first_token >= 0 ? job.first_token - job.arrival : 0.0;
-      // The reference's names (x_mlx_dspark) for the figures its clients read.
-      summary.stats["accept_len"] = summary.stats["accept"];
-      summary.stats["tokens_per_sec"] = total > 0 ? st.generated_tokens / total : 0.0;
-      summary.stats["decode_tokens_per_sec"] = st.decode_tokens_per_second();
-      // The reasoning budget closed the thinking block (engine/reasoning_budget.h).
-      summary.stats["budget_forced"] = result.budget_forced;
-      if (prompt_len - lease.cached_tokens >= 16 && st.prefill_seconds > 0) {
-        summary.stats["prefill_tokens_per_sec"] = st.prefill_tokens_per_second();
-      }
-    }
-    if (cache_.enabled() && cache_.checkpointed() && state.length() > 0) {
-      lease.checkpoints.push_back(state.snapshot());
-    }
-    std::vector<int32_t> tokens = prompt;
-    tokens.insert(tokens.end(), generated.begin(), generated.end());
-    cache_.release(std::move(lease), std::move(tokens));
-  } catch (const std::exception& e) {
-    // A failure may leave a state half-updated: drop every cached state.
-    cache_.clear();
-    summary.finish = Finish::error;
-    summary.error = fmt::format("generation failed: {}", e.what());
   }
-  if (summary.finish == Finish::cancelled) metrics_.count_cancelled();
-  job.finish(std::move(summary));
+
+  bool ended() const { return ended_; }
+  bool prefilling() const { return !decoding_ && lease_.state.length() < prompt_len_ - 1; }
+
+  // The slot's next forward, of at most `prefill_rows` prompt rows while it prefills; nothing
+  // when the job has ended (end() is then due) or, while prefilling, when prefill_rows is 0.
+  std::optional<SequenceRun> next_run(int64_t prefill_rows) {
+    if (ended_) return std::nullopt;
+    ModelState& state = lease_.state;
+    const std::vector<int32_t>& prompt = job_->prompt.ids;
+    if (prefilling() && !job_->cancelled()) {
+      // All but the last prompt token run here; the decoder runs the last one.
+      engine_.metrics_.set_prefill(slot_, state.length() - prefill_from_,
+                                   prompt_len_ - prefill_from_);
+      if (prefill_rows <= 0) return std::nullopt;
+      int64_t end = std::min(state.length() + prefill_rows, prompt_len_ - 1);
+      if (next_mark_ < marks_.size()) end = std::min(end, marks_[next_mark_]);
+      const int64_t start = state.length();
+      prefill_rows_.assign(prompt.begin() + start, prompt.begin() + end);
+      return SequenceRun{prefill_rows_.data(), end - start, &state, {}, taps_, &scratch_};
+    }
+    if (!decoding_) {
+      engine_.metrics_.set_prefill(slot_, 0, 0);
+      prefill_manual_ = now_seconds() - job_->started;
+      if (job_->cancelled()) {
+        summary_.finish = Finish::cancelled;
+        ended_ = true;
+        return std::nullopt;
+      }
+      on_token_ = [this](const CommittedToken& token) { return on_token(token); };
+      decoding_ = std::make_unique<Decoding>(*engine_.bundle_->model, prompt, state, job_->config,
+                                             setup_, on_token_);
+    }
+    std::optional<SequenceRun> run = decoding_->decoder().next_run();
+    if (!run) complete();
+    return run;
+  }
+
+  void set_load(int sequences) {
+    if (decoding_) decoding_->decoder().set_load(sequences);
+  }
+
+  // Takes the output of the forward next_run planned.
+  void finish_run() {
+    if (decoding_) return decoding_->decoder().finish_run();
+    const int64_t start = lease_.state.length() - static_cast<int64_t>(prefill_rows_.size());
+    if (lease_.drafter) {
+      lease_.drafter->on_target_rows(job_->prompt.ids.data() + start,
+                                     static_cast<int64_t>(prefill_rows_.size()),
+                                     scratch_.taps.data());
+    }
+    if (next_mark_ < marks_.size() && lease_.state.length() == marks_[next_mark_]) {
+      lease_.checkpoints.push_back(lease_.state.snapshot());
+      ++next_mark_;
+    }
+  }
+
+  // The generation failed: its state may be half-updated, so every cached state goes.
+  void fail(const std::exception& e) {
+    engine_.cache_.clear();
+    failed_ = true;
+    ended_ = true;
+    summary_.finish = Finish::error;
+    summary_.error = fmt::format("generation failed: {}", e.what());
+  }
+
+  // Delivers the summary and gives the state back to the prefix cache.
+  void end() {
+    engine_.metrics_.set_prefill(slot_, 0, 0);
+    PrefixCache& cache = engine_.cache_;
+    if (!failed_) {
+      try {
+        ModelState& state = lease_.state;
+        if (cache.enabled() && cache.checkpointed() && state.length() > 0) {
+          lease_.checkpoints.push_back(state.snapshot());
+        }
+        std::vector<int32_t> tokens = job_->prompt.ids;
+        tokens.insert(tokens.end(), generated_.begin(), generated_.end());
+        cache.release(std::move(lease_), std::move(tokens));
+      } catch (const std::exception&) {
+        cache.clear();  // the answer stands; only its state is not kept
+      }
+    }
+    if (summary_.finish == Finish::cancelled) engine_.metrics_.count_cancelled();
+    job_->finish(std::move(summary_));
+  }
+
+ private:
+  bool on_token(const CommittedToken& token) {
+    Job& job = *job_;
+    const Tokenizer& tokenizer = *engine_.bundle_->tokenizer;
+    if (job.first_token < 0) job.first_token = now_seconds();
+    generated_.push_back(token.id);
+    const auto& eos = job.config.eos_ids;
+    if (std::find(eos.begin(), eos.end(), token.id) != eos.end()) return true;
+    const std::string piece = detokenizer_.push(token.id);
+    reasoning_.add(piece);
+    if (job.request.logprobs) {
+      TokenLogprobEntry entry{tokenizer.decode({token.id}, false), token.logprob, {}};
+      for (const auto& alt : token.alternatives) {
+        entry.top.emplace_back(tokenizer.decode({alt.id}, false), alt.logprob);
+      }
+      summary_.logprobs.push_back(std::move(entry));
+    }
+    auto released = stops_.push(piece);
+    deliver(released.emit);
+    if (released.stopped) {
+      stopped_by_string_ = true;
+      summary_.stop_sequence = released.matched;
+      return false;
+    }
+    return !job.cancelled();
+  }
+
+  void deliver(const std::string& text) {
+    if (!text.empty()) job_->push(parser_.feed(text));
+  }
+
+  // The decoder has finished: the rest of the text, and the summary's figures.
+  void complete() {
+    ended_ = true;
+    Job& job = *job_;
+    const GenerationResult& result = decoding_->decoder().result();
+    if (!stopped_by_string_) deliver(stops_.push(detokenizer_.flush()).emit + stops_.flush());
+    job.push(parser_.finish());
+    const bool has_tool_calls = job.saw_tool_call_;
+    summary_.usage.completion_tokens = static_cast<int64_t>(result.tokens.size());
+    summary_.usage.reasoning_tokens = reasoning_.tokens();
+    if (job.cancelled())
+      summary_.finish = Finish::cancelled;
+    else if (stopped_by_string_)
+      summary_.finish = Finish::stop_sequence;
+    else if (result.finish_reason == FinishReason::length)
+      summary_.finish = Finish::length;
+    else
+      summary_.finish = has_tool_calls ? Finish::tool_calls : Finish::stop;
+    // Prefill ran here (all but the last prompt token) and in the decoder (the last one).
+    GenerationStats st = result.stats;
+    st.cached_prompt_tokens = lease_.cached_tokens;
+    st.prefill_seconds += prefill_manual_;
+    const double total = now_seconds() - job.started;
+    nlohmann::json& stats = summary_.stats;
+    stats = decode_stats_json(decoding_->stats(), st);
+    stats["cached_tokens"] = lease_.cached_tokens;
+    stats["completion_tokens"] = st.generated_tokens;
+    stats["ttft_seconds"] = job.first_token >= 0 ? job.first_token - job.arrival : 0.0;
+    // The reference's names (x_mlx_dspark) for the figures its clients read.
+    stats["accept_len"] = stats["accept"];
+    stats["tokens_per_sec"] = total > 0 ? st.generated_tokens / total : 0.0;
+    stats["decode_tokens_per_sec"] = st.decode_tokens_per_second();
+    // The reasoning budget closed the thinking block (engine/reasoning_budget.h).
+    stats["budget_forced"] = result.budget_forced;
+    if (prompt_len_ - lease_.cached_tokens >= 16 && st.prefill_seconds > 0) {
+      stats["prefill_tokens_per_sec"] = st.prefill_tokens_per_second();
+    }
+  }
+
+  Engine& engine_;
+  std::shared_ptr<Job> job_;
+  const int slot_;
+  CacheLease lease_;
+  const int64_t prompt_len_;
+  DecodeSetup setup_;
+  std::vector<int> taps_;
+  std::vector<int64_t> marks_;
+  size_t next_mark_ = 0;
+  int64_t prefill_from_ = 0;
+  std::vector<int32_t> prefill_rows_;
+  ForwardOutput scratch_;
+  double prefill_manual_ = 0.0;
+  StreamingDetokenizer detokenizer_;
+  StopStringMatcher stops_;
+  ChatOutputParser parser_;
+  ReasoningCounter reasoning_;
+  bool stopped_by_string_ = false;
+  std::vector<int32_t> generated_;
+  TokenCallback on_token_;
+  std::unique_ptr<Decoding> decoding_;
+  GenerationSummary summary_;
+  bool ended_ = false;
+  bool failed_ = false;
+};
+
+void Engine::admit_queued(std::vector<std::unique_ptr<SlotRun>>& slots) {
+  for (;;) {
+    std::shared_ptr<Job> job;
+    int slot = -1;
+    {
+      std::lock_guard lock(mutex_);
+      if (queue_.empty()) return;
+      for (size_t s = 0; s < running_.size() && slot < 0; ++s) {
+        if (!running_[s]) slot = static_cast<int>(s);
+      }
+      if (slot < 0) return;
+      job = queue_.front();
+      queue_.pop_front();
+      running_[slot] = job;
+    }
+    publish_queue();
+    if (job->cancelled()) {
+      GenerationSummary summary;
+      summary.finish = Finish::cancelled;
+      summary.usage.prompt_tokens = static_cast<int64_t>(job->prompt.ids.size());
+      job->finish(std::move(summary));
+      release_slot(slot);
+      continue;
+    }
+    job->mark_running();
+    try {
+      slots[slot] = std::make_unique<SlotRun>(*this, job, slot);
+    } catch (const std::exception& e) {
+      // Nothing ran yet, but a cache lease may have been taken and lost on the way.
+      cache_.clear();
+      GenerationSummary summary;
+      summary.finish = Finish::error;
+      summary.error = fmt::format("generation failed: {}", e.what());
+      summary.usage.prompt_tokens = static_cast<int64_t>(job->prompt.ids.size());
+      job->finish(std::move(summary));
+      release_slot(slot);
+    }
+  }
+}
+
+void Engine::release_slot(int slot) {
+  {
+    std::lock_guard lock(mutex_);
+    running_[slot].reset();
+  }
+  // Hands the pages a generation freed (its scratch, a dropped cache state) back to the system,
+  // so the server's RSS follows what it holds rather than its high-water mark.
+  malloc_trim(0);
+  publish_queue();
+}
+
+void Engine::step_loop() {
+  const Model& model = *bundle_->model;
+  std::vector<std::unique_ptr<SlotRun>> slots(running_.size());
+  std::vector<SequenceRun> runs;
+  std::vector<SlotRun*> members;
+  const int64_t chunk = std::max<int64_t>(options_.prefill_chunk, 1);
+  size_t first_prefill = 0;  // turns among prefilling slots, for fairness
+  for (;;) {
+    admit_queued(slots);
+    const auto active = static_cast<int>(std::count_if(
+        slots.begin(), slots.end(), [](const auto& slot) { return slot != nullptr; }));
+    if (active == 0) {
+      std::unique_lock lock(mutex_);
+      work_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (stopping_ && queue_.empty()) return;
+      continue;
+    }
+    // One step: every decoding slot's round, and prompt rows of prefilling slots up to one chunk
+    // in all, so that a long prompt never stalls the others for more than a chunk.
+    runs.clear();
+    members.clear();
+    int64_t prefill_budget = chunk;
+    for (size_t i = 0; i < slots.size(); ++i) {
+      const size_t s = (first_prefill + i) % slots.size();
+      SlotRun* slot = slots[s].get();
+      if (slot == nullptr) continue;
+      try {
+        slot->set_load(active);
+        const bool prefilling = slot->prefilling();
+        std::optional<SequenceRun> run = slot->next_run(prefilling ? prefill_budget : 0);
+        if (run) {
+          model.check_run(*run);
+          if (prefilling) prefill_budget -= run->n;
+          runs.push_back(std::move(*run));
+          members.push_back(slot);
+        }
+      } catch (const std::exception& e) {
+        slot->fail(e);
+      }
+    }
+    ++first_prefill;
+    if (!runs.empty()) {
+      const double start = now_seconds();
+      try {
+        model.forward_batch(runs);
+        std::lock_guard lock(mutex_);
+        counters_.add_step(runs, now_seconds() - start);
+      } catch (const std::exception& e) {
+        for (SlotRun* member : members) member->fail(e);
+        members.clear();
+      }
+      for (SlotRun* member : members) {
+        try {
+          member->finish_run();
+        } catch (const std::exception& e) {
+          member->fail(e);
+        }
+      }
+    }
+    // Slots whose jobs ended (finished, failed, cancelled) deliver and free the slot.
+    for (size_t s = 0; s < slots.size(); ++s) {
+      SlotRun* slot = slots[s].get();
+      if (slot == nullptr || !slot->ended()) continue;
+      slot->end();
+      slots[s].reset();
+      release_slot(static_cast<int>(s));
+    }
+  }
 }
 
 }  // namespace dspark::server

@@ -1,11 +1,14 @@
 #pragma once
 // The model side of the server: turns a ChatRequest into prompt tokens (template + tokenizer),
-// and runs generations in `parallel` slots, one worker thread each, fed by a bounded FIFO queue.
-// The slots' target forwards are batched into shared steps (engine/forward_batcher.h), which
-// stream the weights once for every running generation and leave each answer unchanged. Each job
-// streams parsed output events (reasoning, content, tool calls) to the HTTP thread that waits on
-// it, and ends with a GenerationSummary. A job whose client went away is cancelled while queued,
-// between prefill chunks or between decode rounds.
+// and runs generations in `parallel` slots fed by a bounded FIFO queue. One thread steps every
+// slot at once: each step plans each slot's next forward (a prompt chunk, or a decode or verify
+// round of its SequenceDecoder), runs them all as one Model::forward_batch (the weights are
+// streamed once for every running generation, and each answer stays what it is alone), then
+// takes each slot's output. Prompt rows share a budget of one prefill chunk per step, in turns,
+// so a long prompt never stalls the others' decoding for more than a chunk. Each job streams
+// parsed output events (reasoning, content, tool calls) to the HTTP thread that waits on it, and
+// ends with a GenerationSummary. A job whose client went away is cancelled while queued, between
+// prefill chunks or between decode rounds; a job that fails ends alone with an error.
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -118,14 +121,17 @@ class Engine {
   int slots() const { return static_cast<int>(running_.size()); }
   // Per slot, whether a generation is running in it (llama.cpp's /slots).
   std::vector<bool> slots_busy();
-  // The shared steps so far (all zero with one slot, which runs its forwards alone).
-  ForwardBatcher::Counters batch_counters() const;
+  // The steps so far.
+  StepCounters batch_counters() const;
   // Nothing queued and nothing running (a shutdown's drain is over).
   bool idle();
 
  private:
-  void worker(int slot);
-  void run(Job& job, int slot);
+  class SlotRun;
+  void step_loop();
+  // Moves queued jobs into free slots.
+  void admit_queued(std::vector<std::unique_ptr<SlotRun>>& slots);
+  void release_slot(int slot);
   GenerationConfig generation_config(const ChatRequest& request, int64_t prompt_tokens) const;
   AnswerConstraintConfig answer_constraint(const ChatRequest& request, const PreparedPrompt& prompt,
                                            const std::function<bool()>& abandoned);
@@ -151,13 +157,13 @@ class Engine {
   std::mutex grammars_mutex_;
   std::unordered_map<std::string, std::shared_ptr<const constrain::Grammar>> grammars_;
 
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable work_;
   std::deque<std::shared_ptr<Job>> queue_;
   std::vector<std::shared_ptr<Job>> running_;  // per slot; null when the slot is free
   bool stopping_ = false;
-  std::unique_ptr<ForwardBatcher> batcher_;  // with more than one slot
-  std::vector<std::thread> threads_;
+  StepCounters counters_;
+  std::thread stepper_;  // step_loop
 };
 
 }  // namespace dspark::server
