@@ -20,7 +20,6 @@
 #include "cli/commands.h"
 #include "cli/decode_flags.h"
 #include "cli/memory_check.h"
-#include "engine/forward_batcher.h"
 #include "engine/model_bundle.h"
 #include "formats/model_store.h"
 #include "hub/resolve.h"
@@ -29,6 +28,7 @@
 #include "speculative/cap.h"
 #include "speculative/decode_report.h"
 #include "speculative/drafter_resolution.h"
+#include "speculative/verify.h"
 
 namespace dspark::cli {
 namespace {

@@ -54,7 +54,7 @@ struct ArmResult {
 };
 
 // One arm at one load (--concurrency): `sequences` generations at once, each on its own prompt,
-// their target forwards batched into shared steps (engine/forward_batcher.h).
+// stepped together, one batched target forward a step (decode_together, speculative/verify.h).
 struct LoadRun {
   std::string arm;
   int sequences = 0;

@@ -21,12 +21,12 @@
 #include <unordered_map>
 
 #include "constrain/grammar.h"
-#include "engine/forward_batcher.h"
 #include "engine/model_bundle.h"
 #include "server/metrics.h"
 #include "server/prefix_cache.h"
 #include "server/request.h"
 #include "speculative/decode.h"
+#include "speculative/verify.h"
 #include "text/chat_template.h"
 #include "text/tool_call_parser.h"
 

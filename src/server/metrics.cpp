@@ -109,7 +109,7 @@ void Metrics::count_rejected() {
 
 namespace {
 
-// The batched steps (engine/forward_batcher.h): totals, and how many sequences the steps carried.
+// The batched steps (the engine's step loop): totals, and how many sequences the steps carried.
 void render_batch(const StepCounters& batch, std::string& out) {
   counter("dspark_batch_steps_total", "Batched target forwards run.", double(batch.steps), out);
   counter("dspark_batch_sequence_forwards_total",

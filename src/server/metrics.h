@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/forward_batcher.h"
+#include "speculative/verify.h"
 
 namespace dspark::server {
 

@@ -44,7 +44,6 @@ Decoding::Decoding(const Model& model, const std::vector<int32_t>& prompt, Model
                    const TokenCallback& on_token)
     : mode_(setup.options.mode) {
   const DecodeOptions& options = setup.options;
-  options_.batcher = setup.batcher;
   if (mode_ == DecodeMode::baseline) {
     drafter_ = std::make_unique<NoDrafts>();
     caps_ = std::make_unique<FixedCap>(0);
@@ -92,7 +91,7 @@ GenerationResult run_generation(const Model& model, const std::vector<int32_t>& 
     stats->mode = setup.options.mode;
   }
   Decoding decoding(model, prompt, state, config, setup, on_token);
-  decoding.decoder().run_to_end(setup.batcher);
+  decoding.decoder().run_to_end();
   if (stats != nullptr) *stats = decoding.stats();
   return decoding.decoder().result();
 }

@@ -52,8 +52,6 @@ struct DecodeSetup {
   CapPolicyFactory cap_policy;  // optional
   // The --lookup-drafts pre-step's policy (optional; without one its long-draft ceiling holds).
   CapPolicyFactory lookup_cap_policy;
-  // Set when generations run concurrently (the server's slots): their forwards share steps.
-  ForwardBatcher* batcher = nullptr;
 };
 
 // One generation set up as `setup` says (its drafter, cap policies and lookup pre-step, owned

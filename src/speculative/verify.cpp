@@ -220,7 +220,7 @@ void SequenceDecoder::plan_round() {
       options_.lookup != nullptr ? std::min<int64_t>(budget, options_.lookup_cap) : 0;
   if (lookup_cap > 0 && options_.lookup_caps != nullptr) {
     options_.lookup_caps->on_context(static_cast<int64_t>(committed_.size()));
-    if (load() > 0) options_.lookup_caps->on_load(load());
+    if (load_ > 0) options_.lookup_caps->on_load(load_);
     lookup_cap = std::min<int64_t>(lookup_cap, options_.lookup_caps->cap_for_round());
   }
   if (lookup_cap > 0) {
@@ -231,7 +231,7 @@ void SequenceDecoder::plan_round() {
   cap_used_ = 0;
   if (budget > 0 && draft_.tokens.empty()) {
     caps_.on_context(static_cast<int64_t>(committed_.size()));
-    if (load() > 0) caps_.on_load(load());
+    if (load_ > 0) caps_.on_load(load_);
     cap_used_ = static_cast<int>(std::min<int64_t>(caps_.cap_for_round(), budget));
     if (cap_used_ > 0) {
       DraftRequest request{committed_, cap_used_, sampling, rng_};
@@ -331,16 +331,22 @@ void SequenceDecoder::finish_round() {
   if (options_.after_round) options_.after_round(state_);
 }
 
-void SequenceDecoder::run_to_end(ForwardBatcher* batcher) {
+void SequenceDecoder::run_to_end() {
   while (std::optional<SequenceRun> run = next_run()) {
-    target_forward(model_, batcher, run->tokens, run->n, state_, run->logit_rows, run->tap_layers,
-                   *run->out);
+    model_.forward(run->tokens, run->n, state_, run->logit_rows, run->tap_layers, *run->out);
     finish_run();
   }
 }
 
-int SequenceDecoder::load() const {
-  return options_.batcher != nullptr ? options_.batcher->members() : load_;
+void StepCounters::add_step(const std::vector<SequenceRun>& runs, double seconds) {
+  const auto width = static_cast<int64_t>(runs.size());
+  busy_seconds += seconds;
+  ++steps;
+  sequence_forwards += width;
+  for (const SequenceRun& run : runs) rows += run.n;
+  widest = std::max(widest, width);
+  if (static_cast<int64_t>(steps_by_width.size()) < width) steps_by_width.resize(width);
+  ++steps_by_width[width - 1];
 }
 
 void decode_together(const Model& model, const std::vector<SequenceDecoder*>& sequences,
@@ -376,20 +382,17 @@ GenerationResult SpeculativeGenerator::generate(const std::vector<int32_t>& prom
                                                 const TokenCallback& on_token) {
   stats_ = SpeculativeStats{};
   SequenceDecoder decoder(model_, drafter_, caps_, options_, prompt, state, config, on_token);
-  decoder.run_to_end(options_.batcher);
+  decoder.run_to_end();
   stats_ = decoder.stats();
   return decoder.result();
 }
 
 GenerationResult generate_plain(const Model& model, const std::vector<int32_t>& prompt,
                                 ModelState& state, const GenerationConfig& config,
-                                const TokenCallback& on_token, ForwardBatcher* batcher) {
+                                const TokenCallback& on_token) {
   NoDrafts none;
   FixedCap no_drafts(0);
-  SpeculativeOptions options;
-  options.batcher = batcher;
-  return SpeculativeGenerator(model, none, no_drafts, std::move(options))
-      .generate(prompt, state, config, on_token);
+  return SpeculativeGenerator(model, none, no_drafts).generate(prompt, state, config, on_token);
 }
 
 }  // namespace dspark

@@ -19,7 +19,6 @@
 
 #include "engine/answer_constraint.h"
 #include "engine/forced_tokens.h"
-#include "engine/forward_batcher.h"
 #include "engine/generator.h"
 #include "speculative/drafter.h"
 
@@ -63,7 +62,8 @@ class CapPolicy {
   virtual int current_cap() const = 0;
   // The sequence now holds `tokens` committed tokens (the context depth the next round runs at).
   virtual void on_context(int64_t tokens) { (void)tokens; }
-  // `sequences` generations (this one included) now share each target step (forward_batcher.h).
+  // `sequences` generations (this one included) now share each target step (decode_together,
+  // the server's step loop).
   virtual void on_load(int sequences) { (void)sequences; }
   // A round of the generation's own drafter (lookup rounds of a standalone lookup included)
   // verified `drafted` drafts and accepted the first `accepted`.
@@ -98,9 +98,6 @@ struct SpeculativeOptions {
   // Caps the pre-step's drafts further (told the load and its own acceptance like the drafter's
   // policy); null: lookup_cap alone. A cap of 0 skips the pre-step that round.
   CapPolicy* lookup_caps = nullptr;
-  // Batches the target forwards with other generations' (engine/forward_batcher.h); null for a
-  // generation alone.
-  ForwardBatcher* batcher = nullptr;
   // Called after every round with the state rolled back to the accept point (tests compare it
   // with plain decoding's state at the same position).
   std::function<void(const ModelState&)> after_round;
@@ -130,11 +127,10 @@ class SequenceDecoder {
   // finish_run, which must follow once the forward has run.
   std::optional<SequenceRun> next_run();
   void finish_run();
-  // Runs the remaining forwards one by one, through `batcher` when there is one (it batches them
-  // with other threads' generations), else straight to the model.
-  void run_to_end(ForwardBatcher* batcher);
-  // `sequences` generations (this one included) share each step of decode_together; told to the
-  // cap policies like a batcher's members.
+  // Runs the remaining forwards one by one, alone.
+  void run_to_end();
+  // `sequences` generations (this one included) share each step of the caller's batched forwards;
+  // told to the cap policies (CapPolicy::on_load). Alone (0) nothing is told.
   void set_load(int sequences) { load_ = sequences; }
 
   bool finished() const { return phase_ == Phase::done; }
@@ -152,8 +148,6 @@ class SequenceDecoder {
   void finish_prefill();
   void finish_forced();
   void finish_round();
-  // The generations sharing the steps: the batcher's members, or set_load's figure.
-  int load() const;
 
   const Model& model_;
   Drafter& drafter_;
@@ -195,7 +189,20 @@ class SequenceDecoder {
 // Runs the generations to their ends, every step one Model::forward_batch over the next forward of
 // each unfinished one. Each generation's output and states are the ones it gets alone: the
 // forward's rows are row invariant and everything else is per sequence.
-// `counters`, when given, receives the steps as a ForwardBatcher counts its own.
+// What batched steps (Model::forward_batch) have carried.
+struct StepCounters {
+  int64_t steps = 0;                    // batched forwards run
+  int64_t sequence_forwards = 0;        // forwards the steps served (> steps once requests overlap)
+  int64_t rows = 0;                     // token rows the steps ran
+  int64_t widest = 0;                   // most sequences in one step
+  std::vector<int64_t> steps_by_width;  // [w - 1]: steps that carried w sequences
+  double busy_seconds = 0.0;            // inside the steps' forwards
+
+  // One step over `runs` that took `seconds`.
+  void add_step(const std::vector<SequenceRun>& runs, double seconds);
+};
+
+// `counters`, when given, receives the steps.
 void decode_together(const Model& model, const std::vector<SequenceDecoder*>& sequences,
                      StepCounters* counters = nullptr);
 
@@ -225,10 +232,9 @@ class NoDrafts : public Drafter {
 
 // Plain decoding: prefill the part of the prompt `state` does not hold yet (check_prompt), then
 // one target row per token, sampled with config.sampling, until an end token, max_tokens, the
-// context's end, or on_token returning false. With a batcher, the target forwards are batched
-// with other generations' (engine/forward_batcher.h).
+// context's end, or on_token returning false.
 GenerationResult generate_plain(const Model& model, const std::vector<int32_t>& prompt,
                                 ModelState& state, const GenerationConfig& config,
-                                const TokenCallback& on_token, ForwardBatcher* batcher = nullptr);
+                                const TokenCallback& on_token);
 
 }  // namespace dspark

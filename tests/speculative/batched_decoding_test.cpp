@@ -1,16 +1,12 @@
-// Concurrent generations through one ForwardBatcher: every generation, plain or speculative with
-// any drafter, greedy or sampled, returns exactly what it returns alone, while the steps really do
-// carry several sequences at once.
+// Generations stepped together (decode_together: one batched target forward a step): every
+// generation, plain or speculative with any drafter, greedy or sampled, returns exactly what it
+// returns alone, while the steps really do carry several sequences at once.
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <filesystem>
 #include <functional>
-#include <latch>
 #include <random>
-#include <thread>
 
-#include "engine/forward_batcher.h"
 #include "formats/model_store.h"
 #include "spec_models.h"
 #include "speculative/cap.h"
@@ -60,56 +56,55 @@ std::vector<int32_t> plain_continuation(const Model& model, const Case& c) {
 // A fixed cap that remembers the most generations the loop said were sharing the steps.
 class LoadRecordingCap : public FixedCap {
  public:
-  LoadRecordingCap(int cap, std::atomic<int>& most) : FixedCap(cap), most_(most) {}
-  void on_load(int sequences) override {
-    int seen = most_.load();
-    while (sequences > seen && !most_.compare_exchange_weak(seen, sequences)) {
-    }
-  }
+  LoadRecordingCap(int cap, int& most) : FixedCap(cap), most_(most) {}
+  void on_load(int sequences) override { most_ = std::max(most_, sequences); }
 
  private:
-  std::atomic<int>& most_;
+  int& most_;
 };
 
-std::atomic<int> most_load{0};
+int most_load = 0;
 
-// Runs body(0 .. n-1) on n threads, each a member of `batcher` from before any of them starts.
-void run_together(ForwardBatcher& batcher, size_t n, const std::function<void(size_t)>& body) {
-  std::latch joined(static_cast<std::ptrdiff_t>(n));
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < n; ++i) {
-    threads.emplace_back([&, i] {
-      ForwardBatcher::Membership membership(batcher);
-      joined.arrive_and_wait();
-      body(i);
-    });
+// One case's generation as run_generation would run it, to run alone (run_to_end) or stepped
+// with others (decode_together). `full`: the prompt and its plain continuation, for the
+// always-right drafter.
+// `adjust` changes the setup before the generation is set up.
+struct CaseRun {
+  CaseRun(const Model& model, const Case& c, const std::vector<int32_t>& full,
+          const std::function<void(DecodeSetup&)>& adjust = {})
+      : state(model.new_state()) {
+    config.max_tokens = c.max_tokens;
+    config.sampling.temperature = c.temperature;
+    config.sampling.seed = 1234 + c.max_tokens;
+    if (c.drafter >= 0) {
+      setup.options.mode = DecodeMode::dspark;
+      setup.options.max_draft = c.cap;
+      setup.cap_policy = [cap = c.cap](const DecodeOptions&) -> std::unique_ptr<CapPolicy> {
+        return std::make_unique<LoadRecordingCap>(cap, most_load);
+      };
+      setup.drafter = [&model, full, kind = c.drafter, cap = c.cap] {
+        return testing::make_drafter(kind, full, model.vocab_size(), 77, cap);
+      };
+    }
+    if (adjust) adjust(setup);
+    decoding = std::make_unique<Decoding>(model, c.prompt, state, config, setup, keep_going);
   }
-  for (std::thread& thread : threads) thread.join();
-}
+  SequenceDecoder& decoder() { return decoding->decoder(); }
 
-// `full`: the prompt and its plain continuation, for the always-right drafter.
-std::vector<int32_t> generate_case(const Model& model, const Case& c,
-                                   const std::vector<int32_t>& full, ForwardBatcher* batcher) {
   GenerationConfig config;
-  config.max_tokens = c.max_tokens;
-  config.sampling.temperature = c.temperature;
-  config.sampling.seed = 1234 + c.max_tokens;
   DecodeSetup setup;
-  setup.batcher = batcher;
-  if (c.drafter >= 0) {
-    setup.options.mode = DecodeMode::dspark;
-    setup.options.max_draft = c.cap;
-    setup.cap_policy = [&c](const DecodeOptions&) -> std::unique_ptr<CapPolicy> {
-      return std::make_unique<LoadRecordingCap>(c.cap, most_load);
-    };
-    setup.drafter = [&, full] {
-      return testing::make_drafter(c.drafter, full, model.vocab_size(), 77, c.cap);
-    };
-  }
-  ModelState state = model.new_state();
-  return run_generation(model, c.prompt, state, config, setup,
-                        [](const CommittedToken&) { return true; })
-      .tokens;
+  ModelState state;
+  TokenCallback keep_going = [](const CommittedToken&) { return true; };
+  std::unique_ptr<Decoding> decoding;
+};
+
+// Steps the runs together and returns the steps' counters.
+StepCounters step_together(const Model& model, std::vector<std::unique_ptr<CaseRun>>& runs) {
+  std::vector<SequenceDecoder*> decoders;
+  for (auto& run : runs) decoders.push_back(&run->decoder());
+  StepCounters counters;
+  decode_together(model, decoders, &counters);
+  return counters;
 }
 
 class BatchedDecoding : public ::testing::TestWithParam<std::string> {};
@@ -128,23 +123,24 @@ TEST_P(BatchedDecoding, EveryGenerationEqualsItsLoneRun) {
   std::vector<std::vector<int32_t>> alone, full;
   for (const Case& c : cases) {
     full.push_back(plain_continuation(*model, c));
-    alone.push_back(generate_case(*model, c, full.back(), nullptr));
+    CaseRun run(*model, c, full.back());
+    run.decoder().run_to_end();
+    alone.push_back(run.decoder().result().tokens);
   }
-  EXPECT_EQ(most_load.load(), 0) << "alone, nothing reports a load";
+  EXPECT_EQ(most_load, 0) << "alone, nothing reports a load";
 
-  // A grace long enough that every step waits for every member: the steps are then as wide as
-  // the running generations, whatever the scheduling.
-  ForwardBatcher batcher(*model, std::chrono::seconds(30));
-  std::vector<std::vector<int32_t>> together(cases.size());
-  run_together(batcher, cases.size(),
-               [&](size_t i) { together[i] = generate_case(*model, cases[i], full[i], &batcher); });
+  std::vector<std::unique_ptr<CaseRun>> runs;
   for (size_t i = 0; i < cases.size(); ++i) {
-    EXPECT_EQ(together[i], alone[i]) << "generation " << i;
-    EXPECT_EQ(static_cast<int64_t>(together[i].size()), cases[i].max_tokens) << "generation " << i;
+    runs.push_back(std::make_unique<CaseRun>(*model, cases[i], full[i]));
+  }
+  const StepCounters counters = step_together(*model, runs);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::vector<int32_t>& together = runs[i]->decoder().result().tokens;
+    EXPECT_EQ(together, alone[i]) << "generation " << i;
+    EXPECT_EQ(static_cast<int64_t>(together.size()), cases[i].max_tokens) << "generation " << i;
   }
   // The loop reports the load to the cap policy (which the derived cap and the controller use).
-  EXPECT_EQ(most_load.load(), static_cast<int>(cases.size()));
-  const StepCounters counters = batcher.counters();
+  EXPECT_EQ(most_load, static_cast<int>(cases.size()));
   EXPECT_EQ(counters.widest, static_cast<int64_t>(cases.size()));
   EXPECT_GT(counters.sequence_forwards, 3 * counters.steps);
   std::filesystem::remove_all(dir);
@@ -176,24 +172,23 @@ TEST(ScheduledCaps, ConfidentGenerationsTakeTheDraftBudget) {
     full.push_back(plain_continuation(*model, c));
     cases.push_back(std::move(c));
   }
-  ForwardBatcher batcher(*model, std::chrono::seconds(30));
-  std::vector<GenerationResult> results(cases.size());
-  std::vector<DecodeStats> stats(cases.size());
-  run_together(batcher, cases.size(), [&](size_t i) {
-    GenerationConfig config;
-    config.max_tokens = cases[i].max_tokens;
-    DecodeSetup setup;
-    setup.batcher = &batcher;
-    setup.options.mode = DecodeMode::dspark;
-    setup.cap_policy = caps;
-    setup.drafter = [&, i] {
-      return testing::make_drafter(cases[i].drafter, full[i], model->vocab_size(), 77, 7);
-    };
-    ModelState state = model->new_state();
-    results[i] = run_generation(
-        *model, cases[i].prompt, state, config, setup, [](const CommittedToken&) { return true; },
-        &stats[i]);
-  });
+  std::vector<std::unique_ptr<CaseRun>> runs;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    runs.push_back(std::make_unique<CaseRun>(*model, cases[i], full[i], [&, i](DecodeSetup& setup) {
+      setup.options.max_draft.reset();
+      setup.cap_policy = caps;
+      setup.drafter = [&, i] {
+        return testing::make_drafter(cases[i].drafter, full[i], model->vocab_size(), 77, 7);
+      };
+    }));
+  }
+  step_together(*model, runs);
+  std::vector<GenerationResult> results;
+  std::vector<DecodeStats> stats;
+  for (auto& run : runs) {
+    results.push_back(run->decoder().result());
+    stats.push_back(run->decoding->stats());
+  }
   double confident = 0.0, doubtful = 0.0;  // the most drafts per target step of each kind
   for (size_t i = 0; i < cases.size(); ++i) {
     const std::vector<int32_t> plain(full[i].begin() + cases[i].prompt.size(), full[i].end());
@@ -241,81 +236,44 @@ TEST(LookupPreStepDefaultModel, ItsPolicyCapsTheLookupDraftsUnderLoad) {
   const std::vector<int32_t> full = plain_continuation(*model, c);
   const std::vector<int32_t> plain(full.begin() + c.prompt.size(), full.end());
   // cap: -1 no pre-step policy; else a LookupRecordingCap of that cap.
-  auto run = [&](int cap, ForwardBatcher* batcher, LookupRecord& record) {
-    GenerationConfig config;
-    config.max_tokens = c.max_tokens;
-    DecodeSetup setup;
-    setup.batcher = batcher;
-    setup.options.mode = DecodeMode::dspark;
-    setup.options.max_draft = 2;
-    setup.options.lookup_drafts = true;
-    setup.drafter = [&] { return testing::make_drafter(2, full, model->vocab_size(), 3, 2); };
-    if (cap >= 0) {
-      setup.lookup_cap_policy = [cap, &record](const DecodeOptions&) -> std::unique_ptr<CapPolicy> {
-        return std::make_unique<LookupRecordingCap>(cap, record);
-      };
-    }
-    ModelState state = model->new_state();
-    DecodeStats stats;
-    const GenerationResult result = run_generation(
-        *model, c.prompt, state, config, setup, [](const CommittedToken&) { return true; }, &stats);
-    EXPECT_EQ(result.tokens, plain) << "pre-step cap " << cap;
-    return stats.speculative;
+  auto make_run = [&](int cap, LookupRecord& record) {
+    return std::make_unique<CaseRun>(*model, c, full, [&, cap](DecodeSetup& setup) {
+      setup.options.mode = DecodeMode::dspark;
+      setup.options.max_draft = 2;
+      setup.options.lookup_drafts = true;
+      setup.cap_policy = nullptr;
+      setup.drafter = [&] { return testing::make_drafter(2, full, model->vocab_size(), 3, 2); };
+      if (cap >= 0) {
+        setup.lookup_cap_policy = [cap,
+                                   &record](const DecodeOptions&) -> std::unique_ptr<CapPolicy> {
+          return std::make_unique<LookupRecordingCap>(cap, record);
+        };
+      }
+    });
+  };
+  auto run_alone = [&](int cap, LookupRecord& record) {
+    std::unique_ptr<CaseRun> run = make_run(cap, record);
+    run->decoder().run_to_end();
+    EXPECT_EQ(run->decoder().result().tokens, plain) << "pre-step cap " << cap;
+    return run->decoder().stats();
   };
   LookupRecord alone;
-  EXPECT_GT(run(-1, nullptr, alone).lookup_rounds, 0) << "the prompt repeats: lookup hits";
-  EXPECT_EQ(run(0, nullptr, alone).lookup_rounds, 0);
+  EXPECT_GT(run_alone(-1, alone).lookup_rounds, 0) << "the prompt repeats: lookup hits";
+  EXPECT_EQ(run_alone(0, alone).lookup_rounds, 0);
   EXPECT_EQ(alone.verified, 0);
   EXPECT_EQ(alone.most_load, 0) << "alone, nothing reports a load";
 
-  ForwardBatcher batcher(*model, std::chrono::seconds(30));
   LookupRecord records[2];
-  SpeculativeStats stats;
-  run_together(batcher, 2, [&](size_t i) {
-    const SpeculativeStats mine = run(2, &batcher, records[i]);
-    if (i == 0) stats = mine;
-  });
+  std::vector<std::unique_ptr<CaseRun>> runs;
+  for (LookupRecord& record : records) runs.push_back(make_run(2, record));
+  step_together(*model, runs);
+  for (auto& run : runs) EXPECT_EQ(run->decoder().result().tokens, plain);
+  const SpeculativeStats& stats = runs[0]->decoder().stats();
   const LookupRecord& first = records[0];
   EXPECT_GT(stats.lookup_rounds, 0);
   EXPECT_EQ(first.verified, stats.lookup_rounds);
   EXPECT_EQ(first.most_drafted, 2);
   EXPECT_EQ(first.most_load, 2);
-}
-
-// A forward the model refuses fails only its own caller; the step goes on for the others.
-TEST(BatchedDecodingErrors, ARefusedForwardFailsOnlyItsCaller) {
-  testing::TinyCheckpoint checkpoint(42);
-  testing::fill_nemotron(checkpoint, "M*E");
-  auto model = load_model(checkpoint.write());
-  Case c;
-  c.prompt = {1, 2, 3, 4};
-  c.max_tokens = 12;
-  const std::vector<int32_t> alone = generate_case(*model, c, {}, nullptr);
-  ForwardBatcher batcher(*model, std::chrono::seconds(30));
-  std::vector<int32_t> together;
-  std::string refused;
-  std::latch joined(2);
-  std::thread good([&] {
-    ForwardBatcher::Membership membership(batcher);
-    joined.arrive_and_wait();
-    together = generate_case(*model, c, {}, &batcher);
-  });
-  std::thread bad([&] {
-    ForwardBatcher::Membership membership(batcher);
-    joined.arrive_and_wait();
-    ModelState state = model->new_state();
-    const std::vector<int32_t> tokens = {1, static_cast<int32_t>(model->vocab_size())};
-    ForwardOutput out;
-    try {
-      batcher.forward(tokens.data(), 2, state, {1}, {}, out);
-    } catch (const std::exception& e) {
-      refused = e.what();
-    }
-  });
-  good.join();
-  bad.join();
-  EXPECT_EQ(together, alone);
-  EXPECT_NE(refused.find("outside the vocabulary"), std::string::npos) << refused;
 }
 
 }  // namespace

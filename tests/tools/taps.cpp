@@ -9,9 +9,9 @@
 //   "concurrency": C (optional, default 1)}
 // "text" is rendered as one user turn with the model's chat template (as `dspark benchmark`
 // does); "ids" are used as they are. Generation stops at the model's end-of-turn ids or after N
-// tokens. Up to C prompts are answered at once, their decode steps batched into one target forward
-// (engine/forward_batcher.h); every answer is the one the prompt gets alone (the kernels are row
-// invariant and each generation samples from its own seed), only sooner.
+// tokens. C prompts at a time are answered together, their decode steps batched into one target
+// forward (decode_together, speculative/verify.h); every answer is the one the prompt gets alone
+// (the kernels are row invariant and each generation samples from its own seed), only sooner.
 // OUT_STEM.json: {"hidden": H, "taps": [...], "top_k": K, "sequences": [{"id", "prompt_tokens",
 //   "tokens": prompt + answer ids, "finish": "eos"|"length"}]}
 // OUT_STEM.bin, per sequence in order, for its n = len(tokens) rows:
@@ -23,14 +23,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
-#include <thread>
 
 #include "base/error.h"
 #include "engine/model_bundle.h"
@@ -89,35 +87,32 @@ int run(const std::string& script_path, const std::string& out_stem) {
   base_config.max_tokens = script.at("max_tokens").get<int64_t>();
   base_config.eos_ids = bundle->eos_ids;
 
-  // The answers first, C at a time: each slot takes the next unanswered prompt.
+  // The answers first, C prompts at a time stepped together.
   std::vector<std::vector<int32_t>> prompt_tokens(prompts.size());
   std::vector<GenerationResult> answers(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) prompt_tokens[i] = prompt_ids(*bundle, prompts[i]);
-  ForwardBatcher batcher(model);
-  std::atomic<size_t> next_prompt{0};
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(concurrency));
-  std::vector<std::thread> slots;
-  for (int64_t slot = 0; slot < concurrency; ++slot) {
-    slots.emplace_back([&, slot] {
-      try {
-        ForwardBatcher::Membership membership(batcher);
-        for (size_t i = next_prompt++; i < prompts.size(); i = next_prompt++) {
-          GenerationConfig config = base_config;
-          config.sampling.temperature = prompts[i].value("temperature", 0.0f);
-          config.sampling.seed = prompts[i].value("seed", uint64_t{0});
-          ModelState state = model.new_state();
-          answers[i] = generate_plain(
-              model, prompt_tokens[i], state, config, [](const CommittedToken&) { return true; },
-              &batcher);
-        }
-      } catch (...) {
-        errors[static_cast<size_t>(slot)] = std::current_exception();
-      }
-    });
-  }
-  for (std::thread& slot : slots) slot.join();
-  for (const std::exception_ptr& error : errors) {
-    if (error) std::rethrow_exception(error);
+  const TokenCallback keep_going = [](const CommittedToken&) { return true; };
+  NoDrafts none;
+  FixedCap no_drafts(0);
+  const SpeculativeOptions options;
+  for (size_t first = 0; first < prompts.size(); first += static_cast<size_t>(concurrency)) {
+    const size_t end = std::min(prompts.size(), first + static_cast<size_t>(concurrency));
+    std::vector<GenerationConfig> configs(end - first, base_config);
+    std::vector<ModelState> states;
+    states.reserve(end - first);  // the decoders hold references to them
+    std::vector<std::unique_ptr<SequenceDecoder>> decoders;
+    std::vector<SequenceDecoder*> together;
+    for (size_t i = first; i < end; ++i) {
+      GenerationConfig& config = configs[i - first];
+      config.sampling.temperature = prompts[i].value("temperature", 0.0f);
+      config.sampling.seed = prompts[i].value("seed", uint64_t{0});
+      states.push_back(model.new_state());
+      decoders.push_back(std::make_unique<SequenceDecoder>(
+          model, none, no_drafts, options, prompt_tokens[i], states.back(), config, keep_going));
+      together.push_back(decoders.back().get());
+    }
+    decode_together(model, together);
+    for (size_t i = first; i < end; ++i) answers[i] = decoders[i - first]->result();
   }
 
   const std::string partial = ".partial-" + std::to_string(::getpid());
