@@ -186,9 +186,6 @@ class SequenceDecoder {
   int load_ = 0;
 };
 
-// Runs the generations to their ends, every step one Model::forward_batch over the next forward of
-// each unfinished one. Each generation's output and states are the ones it gets alone: the
-// forward's rows are row invariant and everything else is per sequence.
 // What batched steps (Model::forward_batch) have carried.
 struct StepCounters {
   int64_t steps = 0;                    // batched forwards run
@@ -202,7 +199,10 @@ struct StepCounters {
   void add_step(const std::vector<SequenceRun>& runs, double seconds);
 };
 
-// `counters`, when given, receives the steps.
+// Runs the generations to their ends, every step one Model::forward_batch over the next forward of
+// each unfinished one, each told the load (set_load: the unfinished generations). Each
+// generation's output and states are the ones it gets alone: the forward's rows are row invariant
+// and everything else is per sequence. `counters`, when given, receives the steps.
 void decode_together(const Model& model, const std::vector<SequenceDecoder*>& sequences,
                      StepCounters* counters = nullptr);
 

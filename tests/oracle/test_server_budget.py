@@ -182,13 +182,14 @@ def test_server_default_and_speculative_decoding(scripted):
 
 
 def test_budgets_under_load_answer_as_mlx_lm(scripted):
-    """Six concurrent requests with different budgets (1, 2, above the reasoning, off) on four
-    slots, plain and lookup decoding: each answer is the one mlx-lm's greedy decoding gives it
-    alone, token for token."""
+    """Eighteen concurrent requests with different budgets (1, 2, above the reasoning, off) on
+    four slots, plain and lookup decoding: each answer is the one mlx-lm's greedy decoding gives it
+    alone, token for token. The tiny model answers a request in a few milliseconds, so the
+    requests are released together (a barrier) and are many, for the steps to carry several."""
     import threading
 
     tokenizer = scripted["tokenizer"]
-    budgets = [1, 2, None, 0, 2, 1]
+    budgets = [1, 2, None, 0, 2, 1] * 3
     wanted = {}
     for budget in (1, 2):
         cut, forced, after = expected(scripted, budget, MESSAGE)
@@ -196,12 +197,16 @@ def test_budgets_under_load_answer_as_mlx_lm(scripted):
     for mode in ("baseline", "lookup"):
         s = LiveServer(scripted["dir"], "--parallel", "4", "--mode", mode)
         replies = [None] * len(budgets)
+        release = threading.Barrier(len(budgets))
 
-        def ask(i):
+        def ask(i, together=False):
             extra = {"reasoning_budget_message": MESSAGE}
             if budgets[i] is not None:
                 extra["reasoning_budget"] = budgets[i]
-            replies[i] = oa(s).chat.completions.create(
+            client = oa(s)
+            if together:
+                release.wait()
+            replies[i] = client.chat.completions.create(
                 model="m", messages=QUESTION, temperature=0, max_tokens=40, logprobs=True,
                 extra_body=extra)
 
@@ -210,7 +215,7 @@ def test_budgets_under_load_answer_as_mlx_lm(scripted):
             for i in range(len(budgets)):
                 ask(i)
                 alone.append(replies[i])
-            threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(budgets))]
+            threads = [threading.Thread(target=ask, args=(i, True)) for i in range(len(budgets))]
             for t in threads:
                 t.start()
             for t in threads:
