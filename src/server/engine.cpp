@@ -507,9 +507,9 @@ class Engine::SlotRun {
         ended_ = true;
         return std::nullopt;
       }
-      on_token_ = [this](const CommittedToken& token) { return on_token(token); };
-      decoding_ = std::make_unique<Decoding>(*engine_.bundle_->model, prompt, state, job_->config,
-                                             setup_, on_token_);
+      decoding_ = std::make_unique<Decoding>(
+          *engine_.bundle_->model, prompt, state, job_->config, setup_,
+          [this](const CommittedToken& token) { return on_token(token); });
     }
     std::optional<SequenceRun> run = decoding_->decoder().next_run();
     if (!run) complete();
@@ -654,7 +654,6 @@ class Engine::SlotRun {
   ReasoningCounter reasoning_;
   bool stopped_by_string_ = false;
   std::vector<int32_t> generated_;
-  TokenCallback on_token_;
   std::unique_ptr<Decoding> decoding_;
   GenerationSummary summary_;
   bool ended_ = false;

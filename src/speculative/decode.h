@@ -56,7 +56,7 @@ struct DecodeSetup {
 
 // One generation set up as `setup` says (its drafter, cap policies and lookup pre-step, owned
 // here), as a SequenceDecoder: run_generation runs it alone, decode_together with others. The
-// references passed in must outlive it.
+// model, state and config must outlive it; the callback is copied.
 class Decoding {
  public:
   Decoding(const Model& model, const std::vector<int32_t>& prompt, ModelState& state,

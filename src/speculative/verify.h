@@ -111,8 +111,8 @@ class DrafterFeed;
 // finish_run() takes its output: acceptance (acceptance.h), commits, stop and budget checks, and
 // the rollback to the accept point. A round without drafts is plain decoding.
 //
-// The references passed in (model, drafter, policies, state, config, callback) must outlive the
-// decoder. The callback runs inside finish_run.
+// The references passed in (model, drafter, policies, options, state, config) must outlive the
+// decoder; the callback is copied, and runs inside finish_run.
 class SequenceDecoder {
  public:
   // Throws as check_prompt does.
@@ -155,7 +155,7 @@ class SequenceDecoder {
   const SpeculativeOptions& options_;
   ModelState& state_;
   const GenerationConfig& config_;
-  const TokenCallback& on_token_;
+  const TokenCallback on_token_;
   const std::vector<int> taps_;
   const int64_t vocab_;
   const int64_t prompt_tokens_;
