@@ -45,6 +45,7 @@ namespace {
 RowsAccepted accept_one(const VerifyRows& rows) {
   const Draft& draft = *rows.draft;
   const SamplingParams& sampling = *rows.sampling;
+  check_sampling_params(sampling);
   const int64_t vocab = rows.vocab;
   const int64_t drafts = static_cast<int64_t>(draft.tokens.size());
   // Rows after the first advance their own copies of the counts and the constraint; a sequence

@@ -162,10 +162,18 @@ void SequenceDecoder::finish_prefill() {
   // last row.
   forced_due_ = forcing_.due(tokens_left(config_, model_, prompt_tokens_, 0));
   if (!forced_due_) {
-    std::vector<float> row = output_.logits;
-    if (constraint_.active()) constraint_.mask(row.data(), vocab_);
-    const int32_t first = sample_token(config_.sampling, counts_, row.data(), vocab_, rng_);
-    commit(first, output_.logits.data(), false);
+    // The prompt's last row is a round without drafts.
+    const Draft none;
+    const VerifyRows row{output_.logits.data(),
+                         vocab_,
+                         &none,
+                         &config_.sampling,
+                         &counts_,
+                         config_.answer_constraint.enabled() ? &constraint_ : nullptr,
+                         &rng_};
+    RowsAccepted first;
+    accept_rows({&row, 1}, {&first, 1});
+    commit(*first.next, output_.logits.data(), false);
   }
 }
 
