@@ -80,6 +80,24 @@ void causal_attention_isa(Isa isa, const float* q, int64_t rows, int64_t q_heads
                           int64_t head_dim, const float* keys, const float* values, int64_t past,
                           float scale, float* out);
 
+// One sequence of a batched attention: its query rows, its own cache and its output, laid out as
+// in causal_attention.
+struct AttentionSequence {
+  const float* q = nullptr;
+  int64_t rows = 0;
+  const float* keys = nullptr;
+  const float* values = nullptr;
+  int64_t past = 0;
+  float* out = nullptr;
+};
+// causal_attention of several sequences sharing the head shape, their work spread over the pool
+// together (a step of single-row sequences leaves too little work in any one of them to share).
+// Each sequence's output equals its own causal_attention bit for bit.
+void causal_attention_batch(const AttentionSequence* sequences, int64_t count, int64_t q_heads,
+                            int64_t kv_heads, int64_t head_dim, float scale);
+void causal_attention_batch_isa(Isa isa, const AttentionSequence* sequences, int64_t count,
+                                int64_t q_heads, int64_t kv_heads, int64_t head_dim, float scale);
+
 // Causal depthwise convolution with carried state (docs/model-math.md §3.3). window: [kernel - 1,
 // channels], the raw inputs of the previous kernel - 1 tokens, oldest first. input: [rows,
 // channels]. weight: [channels, kernel] (weight[c, kernel - 1] multiplies the current token);

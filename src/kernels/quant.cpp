@@ -162,12 +162,16 @@ void prepare_int8_activations(const cpu::KernelTable& table, const float* x, int
   const int64_t group = w.format.group_size;
   const int64_t groups = w.groups_per_row();
   const int64_t blocks = cols / cpu::kInt8Block;
-  out.x8.resize(m * cols);
-  out.block_scales.resize(m * blocks);
-  out.sums.resize(m * groups);
-  out.x8_rows.resize(m);
-  out.scale_rows.resize(m);
-  out.sum_rows.resize(m);
+  // The buffers only grow: callers keep one per thread, and every value read is written here.
+  const auto grow = [](auto& buffer, int64_t size) {
+    if (static_cast<int64_t>(buffer.size()) < size) buffer.resize(static_cast<size_t>(size));
+  };
+  grow(out.x8, m * cols);
+  grow(out.block_scales, m * blocks);
+  grow(out.sums, m * groups);
+  grow(out.x8_rows, m);
+  grow(out.scale_rows, m);
+  grow(out.sum_rows, m);
   const int64_t blocks_per_group = group / cpu::kInt8Block;
   for (int64_t i = 0; i < m; ++i) {
     const float* row = x + i * cols;
@@ -495,7 +499,7 @@ void qmatmul_numerics(Numerics numerics, Isa isa, const float* x, int64_t m, con
   for (int64_t i = 0; i < m; ++i) y_rows[i] = y + i * w.rows;
   const int64_t grain = row_grain(w.cols, m);
   if (numerics == Numerics::int8) {
-    Int8Activations prepared;
+    thread_local Int8Activations prepared;
     prepare_int8_activations(table, x, m, w, prepared);
     const cpu::Int8Task task{&w,
                              expert,
@@ -543,7 +547,7 @@ void gather_qmatmul_numerics(Numerics numerics, Isa isa, const float* x, int64_t
   // gathered from the prepared rows.
   const bool int8 = numerics == Numerics::int8;
   PreparedActivations prepared;
-  Int8Activations prepared_int8;
+  thread_local Int8Activations prepared_int8;
   if (int8) {
     prepare_int8_activations(table, x, m, w, prepared_int8);
   } else {

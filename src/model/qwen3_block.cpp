@@ -77,6 +77,8 @@ Attend cached_attention(const AttentionShape& shape, int64_t layer,
   return [&shape, layer, &spans, rope](float* q, float* k, const float* v, int64_t, float* o) {
     const int64_t hd = shape.head_dim;
     const int64_t q_width = shape.heads * hd, kv_width = shape.kv_heads * hd;
+    thread_local std::vector<kernels::AttentionSequence> sequences;
+    sequences.clear();
     for (const RowSpan& span : spans) {
       ModelState& state = *span.state;
       const int64_t past = state.length();
@@ -89,10 +91,13 @@ Attend cached_attention(const AttentionShape& shape, int64_t layer,
         kernels::rope(span_q, span.rows, shape.heads, hd, past, *rope);
         kernels::rope(keys, span.rows, shape.kv_heads, hd, past, *rope);
       }
-      kernels::causal_attention(span_q, span.rows, shape.heads, shape.kv_heads, hd,
-                                state.keys(layer), state.values(layer), past,
-                                1.0f / std::sqrt(static_cast<float>(hd)), o + span.first * q_width);
+      sequences.push_back({span_q, span.rows, state.keys(layer), state.values(layer), past,
+                           o + span.first * q_width});
     }
+    // All the spans at once: a step of one-row sequences has too little work in each to share.
+    kernels::causal_attention_batch(sequences.data(), static_cast<int64_t>(sequences.size()),
+                                    shape.heads, shape.kv_heads, hd,
+                                    1.0f / std::sqrt(static_cast<float>(hd)));
   };
 }
 

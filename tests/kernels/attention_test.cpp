@@ -107,6 +107,39 @@ TEST(CausalAttention, EveryIsaEqualsTheReferenceAtLongContexts) {
   }
 }
 
+TEST(CausalAttention, ABatchOfSequencesEqualsEachSequenceAlone) {
+  // A decode step of several sequences (one row each, contexts on both sides of a key block), a
+  // verify round, a prefill chunk and an empty sequence, each with its own cache.
+  struct Part {
+    int64_t rows, past;
+  };
+  const Part parts[] = {{1, 0}, {1, 40}, {1, 255}, {1, 256}, {1, 700}, {5, 300}, {0, 9}, {37, 0}};
+  for (const Shape& shape : {Shape{9, 3, 64}, Shape{8, 1, 128}, Shape{6, 2, 80}}) {
+    std::vector<Cache> caches;
+    for (size_t i = 0; i < std::size(parts); ++i) {
+      caches.emplace_back(shape, parts[i].rows, parts[i].past + parts[i].rows,
+                          static_cast<uint32_t>(20 + i));
+    }
+    const int64_t row_size = shape.q_heads * shape.head_dim;
+    for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) {
+      if (!supported(isa)) continue;
+      std::vector<std::vector<float>> outputs;
+      std::vector<AttentionSequence> sequences;
+      for (size_t i = 0; i < std::size(parts); ++i) {
+        outputs.emplace_back(parts[i].rows * row_size);
+        sequences.push_back({caches[i].q.data(), parts[i].rows, caches[i].keys.data(),
+                             caches[i].values.data(), parts[i].past, outputs[i].data()});
+      }
+      causal_attention_batch_isa(isa, sequences.data(), static_cast<int64_t>(sequences.size()),
+                                 shape.q_heads, shape.kv_heads, shape.head_dim, caches[0].scale);
+      for (size_t i = 0; i < std::size(parts); ++i) {
+        EXPECT_TRUE(same_bits(outputs[i], caches[i].attend(isa, 0, parts[i].rows, parts[i].past)))
+            << isa_name(isa) << " sequence " << i << " head_dim " << shape.head_dim;
+      }
+    }
+  }
+}
+
 TEST(CausalAttention, RowsDoNotDependOnTheBatchOrTheThreadCount) {
   const int64_t past = 517, rows = 37;
   for (const Shape& shape : {Shape{9, 3, 64}, Shape{7, 1, 128}, Shape{4, 4, 64}}) {

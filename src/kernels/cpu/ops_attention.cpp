@@ -53,35 +53,75 @@ void causal_attention(const float* q, int64_t rows, int64_t q_heads, int64_t kv_
 void causal_attention_isa(Isa isa, const float* q, int64_t rows, int64_t q_heads, int64_t kv_heads,
                           int64_t head_dim, const float* keys, const float* values, int64_t past,
                           float scale, float* out) {
+  const AttentionSequence sequence{q, rows, keys, values, past, out};
+  causal_attention_batch_isa(isa, &sequence, 1, q_heads, kv_heads, head_dim, scale);
+}
+
+void causal_attention_batch(const AttentionSequence* sequences, int64_t count, int64_t q_heads,
+                            int64_t kv_heads, int64_t head_dim, float scale) {
+  causal_attention_batch_isa(best_isa(), sequences, count, q_heads, kv_heads, head_dim, scale);
+}
+
+namespace {
+
+// Rows [first_row, first_row + rows) of one sequence, with where its work items and partial
+// results start within its wave.
+struct Segment {
+  const AttentionSequence* sequence = nullptr;
+  int64_t first_row = 0;
+  int64_t rows = 0;
+  int64_t max_blocks = 0;
+  int64_t first_item = 0;    // of the wave's (row, kv head, block) items
+  int64_t first_output = 0;  // of the wave's (row, q head) outputs
+};
+
+// Index of the segment holding `index`, given each segment's first index by `first`.
+template <typename First>
+size_t segment_of(const std::vector<Segment>& segments, int64_t index, First first) {
+  const auto after = std::upper_bound(segments.begin(), segments.end(), index,
+                                      [&](int64_t i, const Segment& s) { return i < first(s); });
+  return static_cast<size_t>(after - segments.begin()) - 1;
+}
+
+}  // namespace
+
+void causal_attention_batch_isa(Isa isa, const AttentionSequence* sequences, int64_t count,
+                                int64_t q_heads, int64_t kv_heads, int64_t head_dim, float scale) {
   const BlockKernel attend_block = block_kernel(isa);
   const int64_t group = q_heads / kv_heads;
-  const int64_t max_blocks = (past + rows + kAttentionKeyBlock - 1) / kAttentionKeyBlock;
   const int64_t partial_size = group * (2 + head_dim);
-  const int64_t row_partials = kv_heads * max_blocks * partial_size;
-  // Rows are taken in batches so that the partial results stay within kPartialBudget floats.
+  // Rows are taken in waves so that the partial results stay within kPartialBudget floats.
   constexpr int64_t kPartialBudget = int64_t{4} << 20;
-  const int64_t batch = std::clamp<int64_t>(kPartialBudget / row_partials, 1, rows);
-  std::vector<float> partials(batch * row_partials);
+  std::vector<Segment> wave;
+  std::vector<float> partials;
+  int64_t wave_items = 0, wave_outputs = 0;
   ThreadPool& pool = default_pool();
-  for (int64_t first_row = 0; first_row < rows; first_row += batch) {
-    const int64_t batch_rows = std::min(batch, rows - first_row);
-    // Work item (row, kv head, block); rows see different key counts, so some items are empty.
-    pool.parallel_for(batch_rows * kv_heads * max_blocks, 1, [&](int64_t first, int64_t last, int) {
+  auto run_wave = [&] {
+    if (wave.empty()) return;
+    partials.resize(static_cast<size_t>(wave_items * partial_size));
+    // Work item (row, kv head, block) of a segment; rows see different key counts, so some items
+    // are empty.
+    pool.parallel_for(wave_items, 1, [&](int64_t first, int64_t last, int) {
       thread_local std::vector<float> scores;
       const size_t need = group * kAttentionKeyBlock;
       if (scores.size() < need) scores.resize(need);
+      size_t s = segment_of(wave, first, [](const Segment& seg) { return seg.first_item; });
       for (int64_t item = first; item < last; ++item) {
-        const int64_t block = item % max_blocks;
-        const int64_t kv = (item / max_blocks) % kv_heads;
-        const int64_t r = first_row + item / (max_blocks * kv_heads);
-        const int64_t n_keys = past + r + 1;
+        while (s + 1 < wave.size() && item >= wave[s + 1].first_item) ++s;
+        const Segment& seg = wave[s];
+        const AttentionSequence& sequence = *seg.sequence;
+        const int64_t local = item - seg.first_item;
+        const int64_t block = local % seg.max_blocks;
+        const int64_t kv = (local / seg.max_blocks) % kv_heads;
+        const int64_t r = seg.first_row + local / (seg.max_blocks * kv_heads);
+        const int64_t n_keys = sequence.past + r + 1;
         const int64_t begin = block * kAttentionKeyBlock;
         if (begin >= n_keys) continue;
         const int64_t offset = begin * kv_heads * head_dim + kv * head_dim;
         cpu::AttentionBlock task;
-        task.q = q + (r * q_heads + kv * group) * head_dim;
-        task.keys = keys + offset;
-        task.values = values + offset;
+        task.q = sequence.q + (r * q_heads + kv * group) * head_dim;
+        task.keys = sequence.keys + offset;
+        task.values = sequence.values + offset;
         task.kv_stride = kv_heads * head_dim;
         task.count = std::min(n_keys - begin, kAttentionKeyBlock);
         task.group = group;
@@ -93,16 +133,23 @@ void causal_attention_isa(Isa isa, const float* q, int64_t rows, int64_t q_heads
       }
     });
     // Merge the blocks of each (row, q head) in block order.
-    pool.parallel_for(batch_rows * q_heads, 4, [&](int64_t first, int64_t last, int) {
+    pool.parallel_for(wave_outputs, 4, [&](int64_t first, int64_t last, int) {
+      size_t s = segment_of(wave, first, [](const Segment& seg) { return seg.first_output; });
       for (int64_t index = first; index < last; ++index) {
-        const int64_t local_row = index / q_heads, h = index % q_heads;
-        const int64_t r = first_row + local_row;
+        while (s + 1 < wave.size() && index >= wave[s + 1].first_output) ++s;
+        const Segment& seg = wave[s];
+        const AttentionSequence& sequence = *seg.sequence;
+        const int64_t local = index - seg.first_output;
+        const int64_t local_row = local / q_heads, h = local % q_heads;
+        const int64_t r = seg.first_row + local_row;
         const int64_t kv = h / group, g = h % group;
-        const int64_t blocks = (past + r + 1 + kAttentionKeyBlock - 1) / kAttentionKeyBlock;
-        const float* base = partials.data() +
-                            (local_row * kv_heads + kv) * max_blocks * partial_size +
-                            g * (2 + head_dim);
-        float* o = out + (r * q_heads + h) * head_dim;
+        const int64_t blocks =
+            (sequence.past + r + 1 + kAttentionKeyBlock - 1) / kAttentionKeyBlock;
+        const float* base =
+            partials.data() +
+            (seg.first_item + (local_row * kv_heads + kv) * seg.max_blocks) * partial_size +
+            g * (2 + head_dim);
+        float* o = sequence.out + (r * q_heads + h) * head_dim;
         if (blocks == 1) {
           const float inv = 1.0f / base[1];
           for (int64_t d = 0; d < head_dim; ++d) o[d] = base[2 + d] * inv;
@@ -122,7 +169,28 @@ void causal_attention_isa(Isa isa, const float* q, int64_t rows, int64_t q_heads
         for (int64_t d = 0; d < head_dim; ++d) o[d] *= inv;
       }
     });
+    wave.clear();
+    wave_items = wave_outputs = 0;
+  };
+  for (int64_t i = 0; i < count; ++i) {
+    const AttentionSequence& sequence = sequences[i];
+    if (sequence.rows <= 0) continue;
+    const int64_t max_blocks =
+        (sequence.past + sequence.rows + kAttentionKeyBlock - 1) / kAttentionKeyBlock;
+    const int64_t row_items = kv_heads * max_blocks;
+    const int64_t batch =
+        std::clamp<int64_t>(kPartialBudget / (row_items * partial_size), 1, sequence.rows);
+    for (int64_t first_row = 0; first_row < sequence.rows; first_row += batch) {
+      const int64_t rows = std::min(batch, sequence.rows - first_row);
+      if (!wave.empty() && (wave_items + rows * row_items) * partial_size > kPartialBudget) {
+        run_wave();
+      }
+      wave.push_back({&sequence, first_row, rows, max_blocks, wave_items, wave_outputs});
+      wave_items += rows * row_items;
+      wave_outputs += rows * q_heads;
+    }
   }
+  run_wave();
 }
 
 }  // namespace dspark::kernels
