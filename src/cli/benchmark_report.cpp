@@ -272,80 +272,161 @@ std::string format_load(const LoadRun& load) {
   return line;
 }
 
+namespace {
+
+// One chart of the --concurrency figure: a frame with y ticks from 0 and x ticks at given values,
+// on a log2 or linear x axis.
+struct LoadPanel {
+  std::string title, x_label;
+  double left = 0, top = 0, width = 0, height = 0;
+  double x_min = 1, x_max = 2, y_max = 1;
+  bool log_x = true;
+
+  double x_of(double value) const {
+    const auto at = [&](double v) { return log_x ? std::log2(v) : v; };
+    return left + width * (at(value) - at(x_min)) / std::max(1e-9, at(x_max) - at(x_min));
+  }
+  double y_of(double value) const { return top + height - height * value / y_max; }
+
+  std::string frame(const std::vector<double>& x_ticks, const char* y_format) const {
+    std::string svg = fmt::format(
+        "<text x=\"{}\" y=\"{}\" font-weight=\"bold\">{}</text>\n"
+        "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#999999\"/>\n",
+        left, top - 10, jinja::html_escape(title), left, top, width, height);
+    for (int tick = 0; tick <= 4; ++tick) {
+      const double value = y_max * tick / 4.0;
+      svg += fmt::format(
+          "<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" stroke=\"#e5e5e5\"/>\n"
+          "<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>\n",
+          left, y_of(value), left + width, y_of(value), left - 6, y_of(value) + 4,
+          fmt::format(fmt::runtime(y_format), value));
+    }
+    for (double tick : x_ticks) {
+      svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{:g}</text>\n",
+                         x_of(tick), top + height + 16, tick);
+    }
+    svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n",
+                       left + width / 2, top + height + 34, jinja::html_escape(x_label));
+    return svg;
+  }
+
+  // A line through (x, y) points with a dot at each.
+  std::string series(const std::vector<std::pair<double, double>>& points, const std::string& color,
+                     bool dashed) const {
+    std::string svg, line;
+    for (const auto& [x, y] : points) {
+      line += fmt::format("{}{:.1f},{:.1f}", line.empty() ? "" : " ", x_of(x), y_of(y));
+      svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"{}\"/>\n", x_of(x),
+                         y_of(y), color);
+    }
+    svg +=
+        fmt::format("<polyline points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"{}/>\n",
+                    line, color, dashed ? " stroke-dasharray=\"6 4\"" : "");
+    return svg;
+  }
+};
+
+}  // namespace
+
 std::string concurrency_svg(const BenchmarkReport& report) {
-  constexpr double kWidth = 800, kHeight = 300, kLeft = 70, kTop = 60, kRight = 240;
+  constexpr double kPanelWidth = 300, kPanelHeight = 260, kLeft = 60, kTop = 70, kGap = 70;
+  constexpr double kLegendWidth = 230;
   const std::vector<std::string> colors = {"#444444", "#1f77b4", "#d62728", "#2ca02c",
                                            "#9467bd", "#ff7f0e", "#8c564b"};
   std::vector<std::string> arms;
-  std::vector<int> levels;
-  double y_max = 1.0;
+  std::vector<double> levels;
+  double tok_s_max = 1.0, step_ms_max = 1.0, rows_max = 1.0, drafts_max = 1.0;
   for (const LoadRun& load : report.loads) {
     if (std::find(arms.begin(), arms.end(), load.arm) == arms.end()) arms.push_back(load.arm);
     if (std::find(levels.begin(), levels.end(), load.sequences) == levels.end()) {
       levels.push_back(load.sequences);
     }
-    y_max = std::max(y_max, load.median_tok_s());
+    tok_s_max = std::max(tok_s_max, load.median_tok_s());
+    step_ms_max = std::max(step_ms_max, load.step_ms);
+    rows_max = std::max(rows_max, load.rows_per_step);
+    drafts_max = std::max(drafts_max, load.drafts_per_round);
   }
-  y_max *= 1.1;
-  const double plot_width = kWidth - kLeft - kRight;
-  const double span = std::max(1.0, std::log2(static_cast<double>(levels.back())) -
-                                        std::log2(static_cast<double>(levels.front())));
-  auto x_of = [&](int sequences) {
-    return kLeft + plot_width *
-                       (std::log2(static_cast<double>(sequences)) -
-                        std::log2(static_cast<double>(levels.front()))) /
-                       span;
+  // The calibrated step cost of B verify rows, the curve the scheduler prices steps with.
+  const std::vector<double>& calibrated = report.calibration.curves.verify_ms;
+  for (size_t b = 0; b < calibrated.size(); ++b) {
+    step_ms_max = std::max(step_ms_max, calibrated[b]);
+    rows_max = std::max(rows_max, static_cast<double>(b + 1));
+  }
+  const double first = levels.empty() ? 1.0 : levels.front();
+  const double last = levels.empty() ? 2.0 : std::max(levels.back(), first * 2);
+  auto panel = [&](int index, std::string title, std::string x_label) {
+    LoadPanel p;
+    p.title = std::move(title);
+    p.x_label = std::move(x_label);
+    p.left = kLeft + index * (kPanelWidth + kGap);
+    p.top = kTop;
+    p.width = kPanelWidth;
+    p.height = kPanelHeight;
+    p.x_min = first;
+    p.x_max = last;
+    return p;
   };
-  auto y_of = [&](double value) { return kTop + kHeight - kHeight * value / y_max; };
+  LoadPanel throughput = panel(0, "aggregate tok/s", "concurrent generations");
+  throughput.y_max = tok_s_max * 1.1;
+  LoadPanel steps = panel(1, "SPS(B): ms per step", "token rows per step (B)");
+  steps.log_x = false;
+  steps.x_min = 0;
+  steps.x_max = std::ceil(rows_max * 1.05);
+  steps.y_max = step_ms_max * 1.1;
+  LoadPanel drafts = panel(2, "drafts verified per round", "concurrent generations");
+  drafts.y_max = drafts_max * 1.1;
+
+  const double width = kLeft + 3 * kPanelWidth + 2 * kGap + 20 + kLegendWidth;
   std::string svg = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0:.0f}\" height=\"{1:.0f}\" "
       "viewBox=\"0 0 {0:.0f} {1:.0f}\" font-family=\"sans-serif\" font-size=\"12\">\n"
       "<rect width=\"{0:.0f}\" height=\"{1:.0f}\" fill=\"white\"/>\n",
-      kWidth, kTop + kHeight + 80);
-  svg += fmt::format("<text x=\"{}\" y=\"24\" font-size=\"15\" font-weight=\"bold\">{}</text>\n",
-                     kLeft,
-                     jinja::html_escape(fmt::format(
-                         "dspark benchmark · {} · aggregate tok/s under load", report.target)));
+      width, kTop + kPanelHeight + 80);
   svg += fmt::format(
-      "<rect x=\"{}\" y=\"{}\" width=\"{:.0f}\" height=\"{}\" fill=\"none\" "
-      "stroke=\"#999999\"/>\n",
-      kLeft, kTop, plot_width, kHeight);
-  for (int tick = 0; tick <= 4; ++tick) {
-    const double value = y_max * tick / 4.0;
-    svg += fmt::format(
-        "<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#e5e5e5\"/>\n"
-        "<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{:.0f}</text>\n",
-        kLeft, y_of(value), kLeft + plot_width, y_of(value), kLeft - 6, y_of(value) + 4, value);
-  }
-  for (int level : levels) {
-    svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n",
-                       x_of(level), kTop + kHeight + 16, level);
-  }
-  svg += fmt::format(
-      "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">concurrent generations (forwards "
-      "batched into shared steps)</text>\n",
-      kLeft + plot_width / 2, kTop + kHeight + 34);
+      "<text x=\"{}\" y=\"24\" font-size=\"15\" font-weight=\"bold\">{}</text>\n", kLeft,
+      jinja::html_escape(fmt::format("dspark benchmark · {} · under load (forwards batched into "
+                                     "shared steps)",
+                                     report.target)));
+  std::vector<double> step_ticks;
+  for (int tick = 0; tick <= 4; ++tick) step_ticks.push_back(std::round(steps.x_max * tick / 4));
+  svg += throughput.frame(levels, "{:.0f}") + steps.frame(step_ticks, "{:.0f}") +
+         drafts.frame(levels, "{:.1f}");
+
+  std::string throughput_lines, step_lines, draft_lines;
   for (size_t a = 0; a < arms.size(); ++a) {
     const std::string& color = colors[a % colors.size()];
-    std::string points;
+    std::vector<std::pair<double, double>> by_load, by_rows, drafted;
     for (const LoadRun& load : report.loads) {
       if (load.arm != arms[a]) continue;
-      const double x = x_of(load.sequences), y = y_of(load.median_tok_s());
-      points += fmt::format("{}{:.1f},{:.1f}", points.empty() ? "" : " ", x, y);
-      svg +=
-          fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"{}\"/>\n", x, y, color);
+      by_load.emplace_back(load.sequences, load.median_tok_s());
+      by_rows.emplace_back(load.rows_per_step, load.step_ms);
+      drafted.emplace_back(load.sequences, load.drafts_per_round);
     }
+    throughput_lines += throughput.series(by_load, color, a == 0);
+    step_lines += steps.series(by_rows, color, a == 0);
+    if (a > 0) draft_lines += drafts.series(drafted, color, false);
+    svg +=
+        fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" fill=\"{}\">{}</text>\n", width - kLegendWidth,
+                    kTop + 16 + 18.0 * a, color, jinja::html_escape(arms[a]));
+  }
+  if (!calibrated.empty()) {
+    std::vector<std::pair<double, double>> curve;
+    for (size_t b = 0; b < calibrated.size(); ++b) curve.emplace_back(b + 1.0, calibrated[b]);
+    step_lines += steps.series(curve, "#aaaaaa", true);
     svg += fmt::format(
-        "<polyline points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"{}/>\n"
-        "<text x=\"{:.1f}\" y=\"{:.1f}\" fill=\"{}\">{}</text>\n",
-        points, color, a == 0 ? " stroke-dasharray=\"6 4\"" : "", kLeft + plot_width + 10,
-        kTop + 16 + 18.0 * a, color, jinja::html_escape(arms[a]));
+        "<text x=\"{:.1f}\" y=\"{:.1f}\" fill=\"#888888\">calibrated SPS(B), one sequence</text>\n",
+        width - kLegendWidth, kTop + 16 + 18.0 * arms.size());
   }
   svg += fmt::format(
+      "<g id=\"throughput\">\n{}</g>\n<g id=\"step-cost\">\n{}</g>\n"
+      "<g id=\"drafts\">\n{}</g>\n",
+      throughput_lines, step_lines, draft_lines);
+  svg += fmt::format(
       "<text x=\"{}\" y=\"{:.1f}\" font-size=\"11\" fill=\"#333333\">{}</text>\n", kLeft,
-      kTop + kHeight + 58,
+      kTop + kPanelHeight + 58,
       jinja::html_escape(fmt::format("{} · {} threads · {} new tokens per generation · medians of "
-                                     "{} trials · dspark {}",
+                                     "{} trials · step figures are means over each arm's steps · "
+                                     "dspark {}",
                                      report.device, report.threads, report.max_new_tokens,
                                      report.trials, report.version)));
   svg += "</svg>\n";

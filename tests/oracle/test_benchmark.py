@@ -213,6 +213,14 @@ def test_concurrency_sweep_batches_and_stays_lossless(tiny_nemotron, tmp_path):
     assert all(is_derived_cap(cap, calibration, n) for n, cap in derived), (derived, calibration)
     assert "4 sequences" in result.stdout
     root = ET.parse(tmp_path / "load-concurrency.svg").getroot()
-    lines = root.findall(SVG + "polyline")
-    assert len(lines) == len(arms)
-    assert all(len(line.get("points").split()) == 3 for line in lines)
+    groups = {group.get("id"): group.findall(SVG + "polyline") for group in root.findall(SVG + "g")}
+    # Aggregate tok/s and the measured step cost SPS(B) per arm at each load; the step-cost panel
+    # also draws the calibrated verify curve the scheduler prices steps with (one point a width);
+    # the drafts verified per round per speculative arm.
+    assert len(groups["throughput"]) == len(arms)
+    assert all(len(line.get("points").split()) == 3 for line in groups["throughput"])
+    target_curve = json.loads((tmp_path / "load.json").read_text())["calibration"]["verify"]
+    assert [len(line.get("points").split()) for line in groups["step-cost"]] == \
+        [3] * len(arms) + [len(target_curve)]
+    assert len(groups["drafts"]) == len(arms) - 1
+    assert all(len(line.get("points").split()) == 3 for line in groups["drafts"])
