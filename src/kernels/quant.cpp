@@ -2,11 +2,16 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
+#include <mutex>
+#include <optional>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "base/error.h"
@@ -479,8 +484,119 @@ void set_numerics(Numerics numerics) {
   current_numerics.store(static_cast<int>(numerics), std::memory_order_relaxed);
 }
 
+namespace {
+
+// The kernels qmatmul may choose between: the best ISA and, on AVX-512 CPUs, its 256-bit sibling.
+// Every kernel gives the same bits, so the choice is one of speed alone, and the faster one depends
+// on the CPU and the shape: on Zen 4, which runs 512-bit operations as two 256-bit halves, the
+// AVX2 kernels multiply one or two activation rows by SmolLM2's down projection (576 x 1536) and
+// 8-bit head 1.3-1.6x faster than the AVX-512 VNNI ones, which win at 8 rows and on the other
+// shapes (quant_bench, one thread). DSPARK_ISA pins one ISA.
+std::vector<Isa> product_candidates() {
+  const Isa best = best_isa();
+  const char* forced = std::getenv("DSPARK_ISA");
+  if (forced != nullptr && *forced) return {best};
+  if (best == Isa::avx512vnni) {
+    return {best, isa_supported(Isa::avxvnni) ? Isa::avxvnni : Isa::avx2};
+  }
+  if (best == Isa::avx512) return {best, Isa::avx2};
+  return {best};
+}
+
+// Products of one shape, bit width, group, scale type and numerics, with a number of activation
+// rows in one bucket (1, 2, 3-4, 5-8, 9-16), run the same kernels. More rows (prefill) take the
+// best ISA without a measurement: the wide kernels win from 8 rows on, and timing a prefill
+// chunk six times would hold up a first answer.
+constexpr int64_t kPlannedRows = 16;
+struct PlanKey {
+  int64_t rows, cols;
+  int bits, group;
+  DType scale_dtype;
+  Numerics numerics;
+  int rows_bucket;
+  bool operator==(const PlanKey&) const = default;
+};
+
+struct PlanKeyHash {
+  size_t operator()(const PlanKey& k) const {
+    size_t h = std::hash<int64_t>()(k.rows) * 31 + std::hash<int64_t>()(k.cols);
+    for (int part : {k.bits, k.group, static_cast<int>(k.scale_dtype), static_cast<int>(k.numerics),
+                     k.rows_bucket}) {
+      h = h * 31 + std::hash<int>()(part);
+    }
+    return h;
+  }
+};
+
+int rows_bucket(int64_t m) {
+  int bucket = 0;
+  for (int64_t limit = 1; m > limit; limit *= 2) ++bucket;
+  return bucket;
+}
+
+// The kernel chosen for each key, measured on the first product with that key.
+class KernelPlan {
+ public:
+  std::optional<Isa> find(const PlanKey& key) {
+    std::lock_guard lock(mutex_);
+    const auto found = chosen_.find(key);
+    if (found == chosen_.end()) return std::nullopt;
+    return found->second;
+  }
+
+  // Runs the product with each candidate in turn, three times over, and keeps the one whose fastest
+  // run was fastest. `run(isa)` writes the same output whichever runs.
+  template <typename Run>
+  void measure(const PlanKey& key, const std::vector<Isa>& candidates, const Run& run) {
+    constexpr int kRounds = 3;
+    std::vector<double> fastest(candidates.size(), std::numeric_limits<double>::infinity());
+    for (int round = 0; round < kRounds; ++round) {
+      for (size_t c = 0; c < candidates.size(); ++c) {
+        const auto start = std::chrono::steady_clock::now();
+        run(candidates[c]);
+        const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+        fastest[c] = std::min(fastest[c], took.count());
+      }
+    }
+    const size_t best =
+        static_cast<size_t>(std::min_element(fastest.begin(), fastest.end()) - fastest.begin());
+    std::lock_guard lock(mutex_);
+    chosen_.emplace(key, candidates[best]);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<PlanKey, Isa, PlanKeyHash> chosen_;
+};
+
+KernelPlan& kernel_plan() {
+  static KernelPlan plan;
+  return plan;
+}
+
+}  // namespace
+
+Isa planned_isa(const QuantMatrix& w, int64_t m) {
+  if (m > kPlannedRows) return best_isa();
+  const PlanKey key{w.rows,        w.cols,     w.format.bits, w.format.group_size,
+                    w.scale_dtype, numerics(), rows_bucket(m)};
+  return kernel_plan().find(key).value_or(best_isa());
+}
+
 void qmatmul(const float* x, int64_t m, const QuantMatrix& w, float* y, int64_t expert) {
-  qmatmul_numerics(numerics(), best_isa(), x, m, w, y, expert);
+  const Numerics current = numerics();
+  static const std::vector<Isa> candidates = product_candidates();
+  if (candidates.size() == 1 || m <= 0 || m > kPlannedRows) {
+    return qmatmul_numerics(current, candidates.front(), x, m, w, y, expert);
+  }
+  const PlanKey key{w.rows,        w.cols,  w.format.bits, w.format.group_size,
+                    w.scale_dtype, current, rows_bucket(m)};
+  KernelPlan& plan = kernel_plan();
+  if (const std::optional<Isa> isa = plan.find(key)) {
+    return qmatmul_numerics(current, *isa, x, m, w, y, expert);
+  }
+  plan.measure(key, candidates,
+               [&](Isa isa) { qmatmul_numerics(current, isa, x, m, w, y, expert); });
 }
 
 void qmatmul_isa(Isa isa, const float* x, int64_t m, const QuantMatrix& w, float* y,

@@ -106,8 +106,14 @@ void dequantize_rows(const QuantMatrix& w, int64_t expert, int64_t row_begin, in
 void dequantize_rows_mlx(const QuantMatrix& w, int64_t expert, int64_t row_begin, int64_t row_end,
                          float* out);
 
-// y[m, rows] = x[m, cols] · W[expert]ᵀ in numerics(). Multithreaded on the default pool.
+// y[m, rows] = x[m, cols] · W[expert]ᵀ in numerics(). Multithreaded on the default pool. Where the
+// CPU has more than one ISA's kernels (AVX-512 and AVX2) and DSPARK_ISA does not pin one, the first
+// product of each shape, format and number of rows (1, 2, 3-4, 5-8, 9-16) times both and later
+// ones run the faster; more rows run best_isa(). The bits are the same either way (Determinism).
 void qmatmul(const float* x, int64_t m, const QuantMatrix& w, float* y, int64_t expert = 0);
+// The ISA qmatmul runs for `w` with m rows in numerics(): the measured choice once one was made,
+// else best_isa().
+Isa planned_isa(const QuantMatrix& w, int64_t m);
 void qmatmul_isa(Isa isa, const float* x, int64_t m, const QuantMatrix& w, float* y,
                  int64_t expert = 0);
 

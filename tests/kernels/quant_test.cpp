@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <tuple>
@@ -308,6 +310,38 @@ TEST(QuantIsa, NamesAndDetection) {
   bool best_is_supported = false;
   for (Isa isa : isas) best_is_supported |= isa == best_isa();
   EXPECT_TRUE(best_is_supported);
+}
+
+// qmatmul picks its kernels by timing them on the first product of a shape and row count: the
+// choice is best_isa() or, on an AVX-512 CPU without DSPARK_ISA, its 256-bit sibling; it holds for
+// later products, the output is the scalar reference's bits whichever runs, and prefill-sized
+// products are never timed.
+TEST(QuantIsa, QmatmulKeepsAMeasuredChoiceOfKernels) {
+  // A shape no other test multiplies, so that nothing is measured before this test.
+  const int64_t rows = 88, cols = 608;
+  const auto matrix = make_quant_matrix(4, 32, DType::BF16, 1, rows, cols, 41);
+  const char* forced = std::getenv("DSPARK_ISA");
+  const bool pinned = forced != nullptr && *forced;
+  std::vector<Isa> allowed = {best_isa()};
+  if (!pinned && best_isa() == Isa::avx512vnni)
+    allowed.push_back(Isa::avxvnni), allowed.push_back(Isa::avx2);
+  if (!pinned && best_isa() == Isa::avx512) allowed.push_back(Isa::avx2);
+  for (int64_t m : {1, 2, 3, 8, 16}) {
+    const auto x = random_activations(m * cols, 42 + static_cast<uint64_t>(m));
+    std::vector<float> reference(m * rows), y(m * rows);
+    qmatmul_numerics(numerics(), Isa::scalar, x.data(), m, matrix.w, reference.data());
+    EXPECT_EQ(planned_isa(matrix.w, m), best_isa()) << "m=" << m << ": nothing measured yet";
+    qmatmul(x.data(), m, matrix.w, y.data());
+    EXPECT_TRUE(same_bits(y, reference)) << "m=" << m << " " << first_difference(y, reference);
+    const Isa chosen = planned_isa(matrix.w, m);
+    EXPECT_NE(std::find(allowed.begin(), allowed.end(), chosen), allowed.end())
+        << "m=" << m << ": " << isa_name(chosen);
+    std::fill(y.begin(), y.end(), 0.0f);
+    qmatmul(x.data(), m, matrix.w, y.data());
+    EXPECT_EQ(planned_isa(matrix.w, m), chosen) << "m=" << m;
+    EXPECT_TRUE(same_bits(y, reference)) << "m=" << m;
+  }
+  EXPECT_EQ(planned_isa(matrix.w, 17), best_isa());
 }
 
 TEST(QuantMatrixSizes, BytesPerExpert) {
