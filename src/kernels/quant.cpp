@@ -14,6 +14,10 @@
 #include <unordered_map>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "base/error.h"
 #include "base/system_info.h"
 #include "base/thread_pool.h"
@@ -489,9 +493,9 @@ namespace {
 // The kernels qmatmul may choose between: the best ISA and, on AVX-512 CPUs, its 256-bit sibling.
 // Every kernel gives the same bits, so the choice is one of speed alone, and the faster one depends
 // on the CPU and the shape: on Zen 4, which runs 512-bit operations as two 256-bit halves, the
-// AVX2 kernels multiply one or two activation rows by SmolLM2's down projection (576 x 1536) and
-// 8-bit head 1.3-1.6x faster than the AVX-512 VNNI ones, which win at 8 rows and on the other
-// shapes (quant_bench, one thread). DSPARK_ISA pins one ISA.
+// AVX2 kernels stream one or two activation rows through most matrices 1.3-1.9x faster than the
+// AVX-512 VNNI ones, which win at 8 rows (quant_bench, one thread; docs/benchmarks, session 16).
+// DSPARK_ISA pins one ISA.
 std::vector<Isa> product_candidates() {
   const Isa best = best_isa();
   const char* forced = std::getenv("DSPARK_ISA");
@@ -514,6 +518,7 @@ struct PlanKey {
   DType scale_dtype;
   Numerics numerics;
   int rows_bucket;
+  bool gathered;  // gather_qmatmul, bucketed by the most rows of one expert
   bool operator==(const PlanKey&) const = default;
 };
 
@@ -521,7 +526,7 @@ struct PlanKeyHash {
   size_t operator()(const PlanKey& k) const {
     size_t h = std::hash<int64_t>()(k.rows) * 31 + std::hash<int64_t>()(k.cols);
     for (int part : {k.bits, k.group, static_cast<int>(k.scale_dtype), static_cast<int>(k.numerics),
-                     k.rows_bucket}) {
+                     k.rows_bucket, static_cast<int>(k.gathered)}) {
       h = h * 31 + std::hash<int>()(part);
     }
     return h;
@@ -545,13 +550,18 @@ class KernelPlan {
   }
 
   // Runs the product with each candidate in turn, three times over, and keeps the one whose fastest
-  // run was fastest. `run(isa)` writes the same output whichever runs.
-  template <typename Run>
-  void measure(const PlanKey& key, const std::vector<Isa>& candidates, const Run& run) {
+  // run was fastest. `run(isa)` writes the same output whichever runs. `evict()` runs before each:
+  // it flushes the weights from the caches, so that every run streams them from memory as a
+  // decode step does (a model's matrices together outgrow the caches; one alone may not, and
+  // timed hot it would favour the kernel with the faster arithmetic over the faster stream).
+  template <typename Run, typename Evict>
+  void measure(const PlanKey& key, const std::vector<Isa>& candidates, const Run& run,
+               const Evict& evict) {
     constexpr int kRounds = 3;
     std::vector<double> fastest(candidates.size(), std::numeric_limits<double>::infinity());
     for (int round = 0; round < kRounds; ++round) {
       for (size_t c = 0; c < candidates.size(); ++c) {
+        evict();
         const auto start = std::chrono::steady_clock::now();
         run(candidates[c]);
         const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
@@ -574,29 +584,72 @@ KernelPlan& kernel_plan() {
   return plan;
 }
 
+// Flushes `bytes` at p from every cache level.
+void flush_from_caches(const uint8_t* p, int64_t bytes) {
+#if defined(__x86_64__)
+  constexpr int64_t kLine = 64;
+  for (int64_t offset = 0; offset < bytes; offset += kLine) _mm_clflush(p + offset);
+  _mm_mfence();
+#else
+  (void)p, (void)bytes;
+#endif
+}
+
+// Flushes expert `expert`'s packed weights, scales and biases from the caches.
+void flush_expert(const QuantMatrix& w, int64_t expert) {
+  const int64_t packed = w.rows * w.words_per_row() * 4;
+  const int64_t values =
+      w.rows * w.groups_per_row() * static_cast<int64_t>(dtype_size(w.scale_dtype));
+  flush_from_caches(w.packed + expert * packed, packed);
+  flush_from_caches(w.scales + expert * values, values);
+  flush_from_caches(w.biases + expert * values, values);
+}
+
+PlanKey plan_key(const QuantMatrix& w, Numerics numerics, int64_t rows, bool gathered) {
+  return {w.rows,        w.cols,   w.format.bits,     w.format.group_size,
+          w.scale_dtype, numerics, rows_bucket(rows), gathered};
+}
+
+// Runs run(isa) with the planned ISA for a product of `rows` activation rows (per expert when
+// gathered), measuring the candidates first when this key has none yet; `evict` flushes the
+// weights the product reads.
+template <typename Run, typename Evict>
+void run_planned(const QuantMatrix& w, Numerics numerics, int64_t rows, bool gathered,
+                 const Run& run, const Evict& evict) {
+  static const std::vector<Isa> candidates = product_candidates();
+  if (candidates.size() == 1 || rows <= 0 || rows > kPlannedRows) return run(candidates.front());
+  const PlanKey key = plan_key(w, numerics, rows, gathered);
+  KernelPlan& plan = kernel_plan();
+  if (const std::optional<Isa> isa = plan.find(key)) return run(*isa);
+  plan.measure(key, candidates, run, evict);
+}
+
+// The most rows that share one expert id.
+int64_t rows_per_expert(const int32_t* expert_ids, int64_t m) {
+  std::vector<int32_t> ids(expert_ids, expert_ids + m);
+  std::sort(ids.begin(), ids.end());
+  int64_t most = 0;
+  for (int64_t first = 0; first < m;) {
+    int64_t last = first;
+    while (last < m && ids[last] == ids[first]) ++last;
+    most = std::max(most, last - first);
+    first = last;
+  }
+  return most;
+}
+
 }  // namespace
 
 Isa planned_isa(const QuantMatrix& w, int64_t m) {
   if (m > kPlannedRows) return best_isa();
-  const PlanKey key{w.rows,        w.cols,     w.format.bits, w.format.group_size,
-                    w.scale_dtype, numerics(), rows_bucket(m)};
-  return kernel_plan().find(key).value_or(best_isa());
+  return kernel_plan().find(plan_key(w, numerics(), m, false)).value_or(best_isa());
 }
 
 void qmatmul(const float* x, int64_t m, const QuantMatrix& w, float* y, int64_t expert) {
   const Numerics current = numerics();
-  static const std::vector<Isa> candidates = product_candidates();
-  if (candidates.size() == 1 || m <= 0 || m > kPlannedRows) {
-    return qmatmul_numerics(current, candidates.front(), x, m, w, y, expert);
-  }
-  const PlanKey key{w.rows,        w.cols,  w.format.bits, w.format.group_size,
-                    w.scale_dtype, current, rows_bucket(m)};
-  KernelPlan& plan = kernel_plan();
-  if (const std::optional<Isa> isa = plan.find(key)) {
-    return qmatmul_numerics(current, *isa, x, m, w, y, expert);
-  }
-  plan.measure(key, candidates,
-               [&](Isa isa) { qmatmul_numerics(current, isa, x, m, w, y, expert); });
+  run_planned(
+      w, current, m, false, [&](Isa isa) { qmatmul_numerics(current, isa, x, m, w, y, expert); },
+      [&] { flush_expert(w, expert); });
 }
 
 void qmatmul_isa(Isa isa, const float* x, int64_t m, const QuantMatrix& w, float* y,
@@ -643,7 +696,19 @@ void qmatmul_numerics(Numerics numerics, Isa isa, const float* x, int64_t m, con
 
 void gather_qmatmul(const float* x, int64_t m, const int32_t* expert_ids, const QuantMatrix& w,
                     float* y) {
-  gather_qmatmul_numerics(numerics(), best_isa(), x, m, expert_ids, w, y);
+  const Numerics current = numerics();
+  run_planned(
+      w, current, m > 0 ? rows_per_expert(expert_ids, m) : 0, true,
+      [&](Isa isa) { gather_qmatmul_numerics(current, isa, x, m, expert_ids, w, y); },
+      [&] {
+        // Ids outside the tensor are skipped here; the product refuses them.
+        std::vector<int32_t> experts(expert_ids, expert_ids + m);
+        std::sort(experts.begin(), experts.end());
+        experts.erase(std::unique(experts.begin(), experts.end()), experts.end());
+        for (int32_t expert : experts) {
+          if (expert >= 0 && expert < w.experts) flush_expert(w, expert);
+        }
+      });
 }
 
 void gather_qmatmul_isa(Isa isa, const float* x, int64_t m, const int32_t* expert_ids,

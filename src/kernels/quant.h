@@ -122,7 +122,8 @@ void qmatmul_numerics(Numerics numerics, Isa isa, const float* x, int64_t m, con
                       float* y, int64_t expert = 0);
 
 // Gathered per-expert product: row r of x (cols wide) is multiplied by expert expert_ids[r]:
-// y[r, rows] = x[r] · W[expert_ids[r]]ᵀ. Rows sharing an expert read its weights once.
+// y[r, rows] = x[r] · W[expert_ids[r]]ᵀ. Rows sharing an expert read its weights once. Its kernels
+// are chosen by measurement as qmatmul's are, by the most rows that share an expert.
 void gather_qmatmul(const float* x, int64_t m, const int32_t* expert_ids, const QuantMatrix& w,
                     float* y);
 void gather_qmatmul_isa(Isa isa, const float* x, int64_t m, const int32_t* expert_ids,

@@ -342,6 +342,21 @@ TEST(QuantIsa, QmatmulKeepsAMeasuredChoiceOfKernels) {
     EXPECT_TRUE(same_bits(y, reference)) << "m=" << m;
   }
   EXPECT_EQ(planned_isa(matrix.w, 17), best_isa());
+  // A gathered product (a decode step's 3 experts, then a verify's rows sharing them) measures its
+  // own choices and gives the reference's bits too.
+  const auto experts = make_quant_matrix(4, 32, DType::BF16, 5, rows, cols, 43);
+  for (const std::vector<int32_t>& ids :
+       {std::vector<int32_t>{4, 0, 2}, std::vector<int32_t>{4, 0, 2, 4, 4, 0, 1, 2, 4}}) {
+    const auto m = static_cast<int64_t>(ids.size());
+    const auto x = random_activations(m * cols, 44);
+    std::vector<float> reference(m * rows), y(m * rows);
+    gather_qmatmul_numerics(numerics(), Isa::scalar, x.data(), m, ids.data(), experts.w,
+                            reference.data());
+    for (int call = 0; call < 2; ++call) {
+      gather_qmatmul(x.data(), m, ids.data(), experts.w, y.data());
+      EXPECT_TRUE(same_bits(y, reference)) << "m=" << m << " call " << call;
+    }
+  }
 }
 
 TEST(QuantMatrixSizes, BytesPerExpert) {
