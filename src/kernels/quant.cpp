@@ -646,6 +646,9 @@ Isa planned_isa(const QuantMatrix& w, int64_t m) {
 }
 
 void qmatmul(const float* x, int64_t m, const QuantMatrix& w, float* y, int64_t expert) {
+  // Checked before a measurement flushes the expert's weights.
+  check_matrix(w, "qmatmul");
+  check_expert(expert, w.experts, "qmatmul");
   const Numerics current = numerics();
   run_planned(
       w, current, m, false, [&](Isa isa) { qmatmul_numerics(current, isa, x, m, w, y, expert); },
@@ -696,6 +699,7 @@ void qmatmul_numerics(Numerics numerics, Isa isa, const float* x, int64_t m, con
 
 void gather_qmatmul(const float* x, int64_t m, const int32_t* expert_ids, const QuantMatrix& w,
                     float* y) {
+  check_matrix(w, "gather_qmatmul");
   const Numerics current = numerics();
   run_planned(
       w, current, m > 0 ? rows_per_expert(expert_ids, m) : 0, true,
