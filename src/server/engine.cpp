@@ -680,8 +680,8 @@ void Engine::admit_queued(std::vector<std::unique_ptr<SlotRun>>& slots) {
       GenerationSummary summary;
       summary.finish = Finish::cancelled;
       summary.usage.prompt_tokens = static_cast<int64_t>(job->prompt.ids.size());
-      job->finish(std::move(summary));
       release_slot(slot);
+      job->finish(std::move(summary));
       continue;
     }
     job->mark_running();
@@ -694,8 +694,8 @@ void Engine::admit_queued(std::vector<std::unique_ptr<SlotRun>>& slots) {
       summary.finish = Finish::error;
       summary.error = fmt::format("generation failed: {}", e.what());
       summary.usage.prompt_tokens = static_cast<int64_t>(job->prompt.ids.size());
-      job->finish(std::move(summary));
       release_slot(slot);
+      job->finish(std::move(summary));
     }
   }
 }
@@ -705,9 +705,6 @@ void Engine::release_slot(int slot) {
     std::lock_guard lock(mutex_);
     running_[slot].reset();
   }
-  // Hands the pages a generation freed (its scratch, a dropped cache state) back to the system,
-  // so the server's RSS follows what it holds rather than its high-water mark.
-  malloc_trim(0);
   publish_queue();
 }
 
@@ -770,13 +767,17 @@ void Engine::step_loop() {
         }
       }
     }
-    // Slots whose jobs ended (finished, failed, cancelled) deliver and free the slot.
+    // Slots whose jobs ended (finished, failed, cancelled) free the slot, then deliver: a client
+    // that asks for /slots once it has its answer finds the slot free.
     for (size_t s = 0; s < slots.size(); ++s) {
-      SlotRun* slot = slots[s].get();
-      if (slot == nullptr || !slot->ended()) continue;
-      slot->end();
-      slots[s].reset();
+      if (slots[s] == nullptr || !slots[s]->ended()) continue;
+      std::unique_ptr<SlotRun> ended = std::move(slots[s]);
       release_slot(static_cast<int>(s));
+      ended->end();
+      ended.reset();
+      // Hands the pages the generation freed (its scratch, a dropped cache state) back to the
+      // system, so the server's RSS follows what it holds rather than its high-water mark.
+      malloc_trim(0);
     }
   }
 }

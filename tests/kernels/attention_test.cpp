@@ -70,7 +70,8 @@ bool supported(Isa isa) {
 }
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 // Shapes: 1-8 query heads per KV head, head_dim 64 and 128, plus sizes the SIMD kernels leave to
