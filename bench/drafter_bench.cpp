@@ -231,7 +231,7 @@ void BM_MarkovStep(benchmark::State& state) {
   int32_t token = 17;
   for (auto _ : state) {
     s->head->markov_embedding(token, embedding.data());
-    s->head->markov_bias(embedding.data(), bias.data());
+    s->head->markov_bias(embedding.data(), 1, bias.data());
     token = (token + 1) % static_cast<int32_t>(kVocab);
     benchmark::DoNotOptimize(bias.data());
   }

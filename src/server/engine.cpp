@@ -430,6 +430,7 @@ class BorrowedDrafter final : public Drafter {
   void truncate_context(int64_t rows) override { drafter_.truncate_context(rows); }
   Draft propose(const DraftRequest& request) override { return drafter_.propose(request); }
   void on_verified(int drafted, int accepted) override { drafter_.on_verified(drafted, accepted); }
+  Drafter* grouped() override { return drafter_.grouped(); }
 
  private:
   Drafter& drafter_;
@@ -519,6 +520,13 @@ class Engine::SlotRun {
   void set_load(int sequences) {
     if (decoding_) decoding_->decoder().set_load(sequences);
   }
+
+  // The drafter call the slot's next round waits on (SequenceDecoder::draft_call), if any.
+  std::optional<DraftCall> draft_call() {
+    if (ended_ || !decoding_) return std::nullopt;
+    return decoding_->decoder().draft_call();
+  }
+  void take_draft(Draft draft) { decoding_->decoder().take_draft(std::move(draft)); }
 
   // Takes the output of the forward next_run planned.
   void finish_run() {
@@ -712,7 +720,8 @@ void Engine::step_loop() {
   const Model& model = *bundle_->model;
   std::vector<std::unique_ptr<SlotRun>> slots(running_.size());
   std::vector<SequenceRun> runs;
-  std::vector<SlotRun*> members;
+  std::vector<SlotRun*> members, drafting;
+  std::vector<DraftCall> calls;
   const int64_t chunk = std::max<int64_t>(options_.prefill_chunk, 1);
   size_t first_prefill = 0;  // turns among prefilling slots, for fairness
   for (;;) {
@@ -729,13 +738,37 @@ void Engine::step_loop() {
     // in all, so that a long prompt never stalls the others for more than a chunk.
     runs.clear();
     members.clear();
+    // The decoding slots' drafter calls first, answered together: drafters of one head read its
+    // weights once a step, however many slots draft.
+    calls.clear();
+    drafting.clear();
+    for (const auto& slot : slots) {
+      if (slot == nullptr) continue;
+      try {
+        slot->set_load(active);
+        if (std::optional<DraftCall> call = slot->draft_call()) {
+          calls.push_back(*call);
+          drafting.push_back(slot.get());
+        }
+      } catch (const std::exception& e) {
+        slot->fail(e);
+      }
+    }
+    std::vector<DraftOutcome> drafts = propose_together(calls);
+    for (size_t k = 0; k < drafts.size(); ++k) {
+      try {
+        if (drafts[k].error) std::rethrow_exception(drafts[k].error);
+        drafting[k]->take_draft(std::move(drafts[k].draft));
+      } catch (const std::exception& e) {
+        drafting[k]->fail(e);
+      }
+    }
     int64_t prefill_budget = chunk;
     for (size_t i = 0; i < slots.size(); ++i) {
       const size_t s = (first_prefill + i) % slots.size();
       SlotRun* slot = slots[s].get();
       if (slot == nullptr) continue;
       try {
-        slot->set_load(active);
         const bool prefilling = slot->prefilling();
         std::optional<SequenceRun> run = slot->next_run(prefilling ? prefill_budget : 0);
         if (run) {

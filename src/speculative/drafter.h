@@ -4,6 +4,8 @@
 // drawn from when sampling. The one verify loop (verify.h) owns acceptance and rollback; drafters
 // only see what was committed.
 #include <cstdint>
+#include <exception>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -60,6 +62,35 @@ class Drafter {
   virtual Draft propose(const DraftRequest& request) = 0;
   // The target verified `drafted` of this drafter's tokens and accepted the first `accepted`.
   virtual void on_verified(int drafted, int accepted) { (void)drafted, (void)accepted; }
+
+  // Drafting for many sequences in one pass (propose_together): drafters whose group() is the
+  // same non-null key draft together through propose_group, reading their shared weights once.
+  // grouped() is the drafter that joins a group (a wrapper returns the one it lends); null: this
+  // drafter drafts alone.
+  virtual Drafter* grouped() { return nullptr; }
+  virtual const void* group() const { return nullptr; }
+  // Drafts for every member (grouped() drafters of this one's group, this one among them), each
+  // exactly what members[i]->propose(*requests[i]) returns.
+  virtual void propose_group(std::span<Drafter* const> members,
+                             std::span<const DraftRequest* const> requests,
+                             std::span<Draft> drafts) {
+    for (size_t i = 0; i < members.size(); ++i) drafts[i] = members[i]->propose(*requests[i]);
+  }
 };
+
+// One sequence's pending drafter call.
+struct DraftCall {
+  Drafter* drafter = nullptr;
+  DraftRequest request;
+};
+
+struct DraftOutcome {
+  Draft draft;
+  std::exception_ptr error;  // set when drafting failed; the draft is then empty
+};
+
+// Answers every call, drafters of one group together (Drafter::propose_group), the others alone.
+// A failing call fails alone, and a failing group fails its members only.
+std::vector<DraftOutcome> propose_together(std::span<const DraftCall> calls);
 
 }  // namespace dspark

@@ -109,8 +109,8 @@ void DSparkHead::markov_embedding(int32_t token, float* out) const {
   embedding_row(markov_w1_->weights, token, out);
 }
 
-void DSparkHead::markov_bias(const float* embedding, float* bias) const {
-  markov_w2_->weights.apply(embedding, 1, bias);
+void DSparkHead::markov_bias(const float* embeddings, int64_t rows, float* biases) const {
+  markov_w2_->weights.apply(embeddings, rows, biases);
 }
 
 float DSparkHead::confidence(const float* hidden, const float* prev_embedding) const {
@@ -154,69 +154,140 @@ void DSparkDrafter::truncate_context(int64_t rows) {
 }
 
 Draft DSparkDrafter::propose(const DraftRequest& request) {
-  const DSparkConfig& c = head_->config();
-  const int64_t H = c.backbone.hidden, Vd = c.draft_vocab, r = c.markov_rank;
-  const int64_t position = static_cast<int64_t>(request.committed.size()) - 1;
-  if (position != context_.length) {
-    fail(
-        "DSpark drafter context holds {} rows but {} tokens precede the pending one (every target "
-        "row must reach the drafter)",
-        context_.length, position);
-  }
+  Drafter* members[] = {this};
+  const DraftRequest* requests[] = {&request};
   Draft draft;
-  const int cap = std::min(request.cap, head_->max_drafts());
-  last_logits_.clear();
-  last_confidences_.clear();
-  if (cap <= 0) return draft;
-  const int64_t width = head_->block_width(cap);
-  const int64_t start = c.backbone.logits_start;
-  std::vector<float> block(width * H), hidden(width * H);
-  head_->embed_block(request.committed.back(), width, block.data());
-  head_->backbone().run_block(block.data(), width, context_, hidden.data());
-
-  last_logits_.resize(static_cast<size_t>(cap * Vd));
-  head_->base_logits(hidden.data() + start * H, cap, last_logits_.data());
-  std::vector<float> prev_embedding(r), bias(Vd);
-  int32_t prev = request.committed.back();
-  for (int i = 0; i < cap; ++i) {
-    float* logits = last_logits_.data() + static_cast<int64_t>(i) * Vd;
-    if (r > 0) {
-      head_->markov_embedding(prev, prev_embedding.data());
-      head_->markov_bias(prev_embedding.data(), bias.data());
-      for (int64_t v = 0; v < Vd; ++v) logits[v] += bias[v];
-    }
-    if (c.confidence_head) {
-      last_confidences_.push_back(
-          head_->confidence(hidden.data() + (start + i) * H, prev_embedding.data()));
-    }
-    int32_t token;
-    if (request.sampling.greedy()) {
-      token = head_->to_target(argmax(logits, Vd));
-    } else {
-      TokenDistribution q = target_distribution(request.sampling, logits, Vd);
-      for (int32_t& id : q.ids) id = head_->to_target(id);
-      token = sample_from(q, request.rng.uniform());
-      draft.proposals.push_back(std::move(q));
-    }
-    draft.tokens.push_back(token);
-    prev = token;
-  }
-  if (confidence_threshold_ > 0.0f && !last_confidences_.empty()) {
-    double survival = 1.0;
-    size_t keep = 0;
-    for (float confidence : last_confidences_) {
-      survival *= confidence;
-      if (survival < confidence_threshold_) break;
-      ++keep;
-    }
-    keep = std::max<size_t>(keep, 1);
-    draft.keep_first(keep);
-  }
-  double survival = 1.0;
-  for (size_t i = 0; i < last_confidences_.size() && i < draft.tokens.size(); ++i) {
-    draft.survival.push_back(survival *= last_confidences_[i]);
-  }
+  propose_group(members, requests, {&draft, 1});
   return draft;
+}
+
+void DSparkDrafter::propose_group(std::span<Drafter* const> members,
+                                  std::span<const DraftRequest* const> requests,
+                                  std::span<Draft> drafts) {
+  const DSparkHead& head = *head_;
+  const DSparkConfig& c = head.config();
+  const int64_t H = c.backbone.hidden, Vd = c.draft_vocab, r = c.markov_rank;
+  const int64_t start = c.backbone.logits_start;
+  // The members that draft this pass (cap > 0), checked before any of them draws a number.
+  std::vector<DSparkDrafter*> drafting;
+  std::vector<const DraftRequest*> asked;
+  std::vector<size_t> slot;
+  std::vector<int> caps;
+  std::vector<int64_t> widths;
+  std::vector<const DrafterContext*> contexts;
+  for (size_t m = 0; m < members.size(); ++m) {
+    auto* drafter = static_cast<DSparkDrafter*>(members[m]);
+    const DraftRequest& request = *requests[m];
+    const int64_t position = static_cast<int64_t>(request.committed.size()) - 1;
+    if (position != drafter->context_.length) {
+      fail(
+          "DSpark drafter context holds {} rows but {} tokens precede the pending one (every "
+          "target row must reach the drafter)",
+          drafter->context_.length, position);
+    }
+    drafts[m] = Draft{};
+    drafter->last_logits_.clear();
+    drafter->last_confidences_.clear();
+    const int cap = std::min(request.cap, head.max_drafts());
+    if (cap <= 0) continue;
+    drafting.push_back(drafter);
+    asked.push_back(&request);
+    slot.push_back(m);
+    caps.push_back(cap);
+    widths.push_back(head.block_width(cap));
+    contexts.push_back(&drafter->context_);
+  }
+  const size_t n = drafting.size();
+  if (n == 0) return;
+
+  // The blocks [anchor, mask ...] through the backbone in one pass.
+  int64_t rows = 0, draft_rows = 0;
+  for (size_t k = 0; k < n; ++k) rows += widths[k], draft_rows += caps[k];
+  std::vector<float> block(rows * H), hidden(rows * H), drafting_hidden(draft_rows * H);
+  for (int64_t k = 0, first = 0; k < static_cast<int64_t>(n); first += widths[k], ++k) {
+    head.embed_block(asked[k]->committed.back(), widths[k], block.data() + first * H);
+  }
+  head.backbone().run_blocks(block.data(), widths, contexts, hidden.data());
+  // Each block's drafting rows (start ... start + cap - 1) through the lm_head in one pass.
+  std::vector<int64_t> first_draft_row(n);
+  for (int64_t k = 0, first = 0, at = 0; k < static_cast<int64_t>(n); first += widths[k], ++k) {
+    first_draft_row[k] = at;
+    std::copy_n(hidden.data() + (first + start) * H, caps[k] * H, drafting_hidden.data() + at * H);
+    at += caps[k];
+  }
+  std::vector<float> logits(static_cast<size_t>(draft_rows * Vd));
+  head.base_logits(drafting_hidden.data(), draft_rows, logits.data());
+
+  // Draft i of every block that drafts that far depends on draft i - 1 (the Markov bias of the
+  // previous token): one pass per position, the bias of every block's previous token together.
+  std::vector<int32_t> prev(n);
+  for (size_t k = 0; k < n; ++k) prev[k] = asked[k]->committed.back();
+  const int most = *std::max_element(caps.begin(), caps.end());
+  std::vector<size_t> live;
+  std::vector<float> embeddings, biases;
+  for (int i = 0; i < most; ++i) {
+    live.clear();
+    for (size_t k = 0; k < n; ++k) {
+      if (caps[k] > i) live.push_back(k);
+    }
+    const auto count = static_cast<int64_t>(live.size());
+    embeddings.assign(count * r, 0.0f);
+    if (r > 0) {
+      biases.resize(static_cast<size_t>(count * Vd));
+      for (int64_t j = 0; j < count; ++j) {
+        head.markov_embedding(prev[live[j]], embeddings.data() + j * r);
+      }
+      head.markov_bias(embeddings.data(), count, biases.data());
+    }
+    for (int64_t j = 0; j < count; ++j) {
+      const size_t k = live[j];
+      const DraftRequest& request = *asked[k];
+      Draft& draft = drafts[slot[k]];
+      float* row = logits.data() + (first_draft_row[k] + i) * Vd;
+      if (r > 0) {
+        const float* bias = biases.data() + j * Vd;
+        for (int64_t v = 0; v < Vd; ++v) row[v] += bias[v];
+      }
+      if (c.confidence_head) {
+        drafting[k]->last_confidences_.push_back(head.confidence(
+            drafting_hidden.data() + (first_draft_row[k] + i) * H, embeddings.data() + j * r));
+      }
+      int32_t token;
+      if (request.sampling.greedy()) {
+        token = head.to_target(argmax(row, Vd));
+      } else {
+        TokenDistribution q = target_distribution(request.sampling, row, Vd);
+        for (int32_t& id : q.ids) id = head.to_target(id);
+        token = sample_from(q, request.rng.uniform());
+        draft.proposals.push_back(std::move(q));
+      }
+      draft.tokens.push_back(token);
+      prev[k] = token;
+    }
+  }
+
+  for (size_t k = 0; k < n; ++k) {
+    DSparkDrafter& drafter = *drafting[k];
+    Draft& draft = drafts[slot[k]];
+    drafter.last_logits_.assign(logits.begin() + first_draft_row[k] * Vd,
+                                logits.begin() + (first_draft_row[k] + caps[k]) * Vd);
+    const std::vector<float>& confidences = drafter.last_confidences_;
+    if (drafter.confidence_threshold_ > 0.0f && !confidences.empty()) {
+      double survival = 1.0;
+      size_t keep = 0;
+      for (float confidence : confidences) {
+        survival *= confidence;
+        if (survival < drafter.confidence_threshold_) break;
+        ++keep;
+      }
+      keep = std::max<size_t>(keep, 1);
+      draft.keep_first(keep);
+    }
+    double survival = 1.0;
+    for (size_t i = 0; i < confidences.size() && i < draft.tokens.size(); ++i) {
+      draft.survival.push_back(survival *= confidences[i]);
+    }
+  }
 }
 
 std::function<std::unique_ptr<Drafter>()> dspark_drafter_factory(

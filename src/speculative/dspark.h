@@ -41,8 +41,8 @@ class DSparkHead {
   void base_logits(const float* hidden, int64_t rows, float* logits) const;
   // W1[token] -> out [rank].
   void markov_embedding(int32_t token, float* out) const;
-  // W2 · e -> bias [draft_vocab].
-  void markov_bias(const float* embedding, float* bias) const;
+  // W2 · e -> bias [draft_vocab], for `rows` embeddings [rows, rank] -> [rows, draft_vocab].
+  void markov_bias(const float* embeddings, int64_t rows, float* biases) const;
   // sigmoid(w · [hidden ; W1[prev]] + b); requires config().confidence_head.
   float confidence(const float* hidden, const float* prev_embedding) const;
   // A draft-vocabulary id as a target id (identity unless the vocabulary is reduced).
@@ -68,6 +68,13 @@ class DSparkDrafter final : public Drafter {
   int64_t context_rows() const override { return context_.length; }
   void truncate_context(int64_t rows) override;
   Draft propose(const DraftRequest& request) override;
+  // Every DSpark drafter of one head drafts together: the blocks run through the backbone as one
+  // batch, and the lm_head, Markov bias and confidence each read their weights once per pass.
+  Drafter* grouped() override { return this; }
+  const void* group() const override { return head_.get(); }
+  void propose_group(std::span<Drafter* const> members,
+                     std::span<const DraftRequest* const> requests,
+                     std::span<Draft> drafts) override;
 
   // What the last propose computed, before confidence truncation (tests compare them with the
   // reference): logits [drafts, draft_vocab] with the Markov bias, and the confidences.

@@ -161,12 +161,21 @@ void DrafterBackbone::truncate_context(int64_t rows, DrafterContext& context) co
 
 void DrafterBackbone::run_block(const float* embedded, int64_t width, const DrafterContext& context,
                                 float* hidden) const {
+  const DrafterContext* contexts[] = {&context};
+  run_blocks(embedded, {&width, 1}, contexts, hidden);
+}
+
+void DrafterBackbone::run_blocks(const float* embedded, std::span<const int64_t> widths,
+                                 std::span<const DrafterContext* const> contexts,
+                                 float* hidden) const {
   const BackboneConfig& c = config_;
   const int64_t H = c.hidden, hd = c.head_dim;
-  const int64_t p = context.length;
-  std::vector<float> x(embedded, embedded + width * H);
+  int64_t rows = 0;
+  for (int64_t width : widths) rows += width;
+  std::vector<float> x(embedded, embedded + rows * H);
   const kernels::RopeSpec rope{inv_freq_.data(), c.rope_dims, c.rope_traditional, 1.0f};
   const AttentionShape shape{c.heads, c.kv_heads, hd, c.eps, c.gated_q};
+  const int64_t q_width = c.heads * hd, kv_width = c.kv_heads * hd;
   for (int64_t l = 0; l < c.layers; ++l) {
     const Layer& layer = layers_[l];
     const Qwen3BlockWeights weights{
@@ -182,17 +191,24 @@ void DrafterBackbone::run_block(const float* embedded, int64_t width, const Draf
                                    c.window[l],
                                    1.0f / std::sqrt(static_cast<float>(hd)),
                                    layer.sinks.empty() ? nullptr : layer.sinks.data()};
-    // The block sits at positions p ..., after the context.
-    const Attend block_over_context = [&](float* q, float* k, const float* v, int64_t rows,
-                                          float* o) {
-      kernels::rope(q, rows, c.heads, hd, p, rope);
-      kernels::rope(k, rows, c.kv_heads, hd, p, rope);
-      block_attention(attention, q, rows, context.keys[l].data(), context.values[l].data(), p, k, v,
-                      o);
+    // Each block sits at positions p ..., after its own context.
+    const Attend blocks_over_contexts = [&](float* q, float* k, const float* v, int64_t, float* o) {
+      int64_t first = 0;
+      for (size_t b = 0; b < widths.size(); ++b) {
+        const DrafterContext& context = *contexts[b];
+        const int64_t p = context.length, width = widths[b];
+        float* block_q = q + first * q_width;
+        float* block_k = k + first * kv_width;
+        kernels::rope(block_q, width, c.heads, hd, p, rope);
+        kernels::rope(block_k, width, c.kv_heads, hd, p, rope);
+        block_attention(attention, block_q, width, context.keys[l].data(), context.values[l].data(),
+                        p, block_k, v + first * kv_width, o + first * q_width);
+        first += width;
+      }
     };
-    qwen3_block(weights, shape, H, c.eps, x.data(), width, block_over_context);
+    qwen3_block(weights, shape, H, c.eps, x.data(), rows, blocks_over_contexts);
   }
-  kernels::rms_norm(x.data(), width, H, final_norm_.data(), c.eps, hidden);
+  kernels::rms_norm(x.data(), rows, H, final_norm_.data(), c.eps, hidden);
 }
 
 int64_t DrafterBackbone::weight_bytes() const {

@@ -6,6 +6,7 @@
 // with the head's pattern (bidirectional, or causal with a sliding window, optional sinks).
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,12 @@ class DrafterBackbone {
   // final-normed hidden states [width, hidden].
   void run_block(const float* embedded, int64_t width, const DrafterContext& context,
                  float* hidden) const;
+  // run_block for many sequences in one pass: blocks[i] (widths[i] rows after contexts[i]) lie
+  // one after another in `embedded` and `hidden`. Every row equals its run_block row (the
+  // products are row invariant; attention and rope are per sequence), while each weight is read
+  // once for all the blocks.
+  void run_blocks(const float* embedded, std::span<const int64_t> widths,
+                  std::span<const DrafterContext* const> contexts, float* hidden) const;
   int64_t weight_bytes() const;
 
  private:

@@ -85,8 +85,17 @@ std::optional<SequenceRun> SequenceDecoder::next_run() {
     logit_rows_.assign(1, prompt_tokens_ - start - 1);
     return run_of(rows_);
   }
+  plan_until_forward();
+  if (phase_ == Phase::drafting) {
+    take_draft(drafter_.propose(DraftRequest{committed_, cap_used_, config_.sampling, rng_}));
+  }
+  if (phase_ == Phase::done) return std::nullopt;
+  return run_of(rows_);
+}
+
+void SequenceDecoder::plan_until_forward() {
   // A forced round whose ids all come from rows already run needs no forward; loop until a
-  // forward is due or the generation ends.
+  // forward or a drafter call is due, or the generation ends.
   while (phase_ == Phase::idle) {
     if (state_.length() >= model_.max_context()) {
       // The pending token no longer fits.
@@ -100,8 +109,26 @@ std::optional<SequenceRun> SequenceDecoder::next_run() {
       plan_round();
     }
   }
-  if (phase_ == Phase::done) return std::nullopt;
-  return run_of(rows_);
+}
+
+std::optional<DraftCall> SequenceDecoder::draft_call() {
+  if (phase_ == Phase::prefill) return std::nullopt;
+  plan_until_forward();
+  if (phase_ != Phase::drafting) return std::nullopt;
+  return DraftCall{&drafter_, DraftRequest{committed_, cap_used_, config_.sampling, rng_}};
+}
+
+void SequenceDecoder::take_draft(Draft draft) {
+  if (phase_ != Phase::drafting) fail("take_draft: no drafter call is pending");
+  draft_ = std::move(draft);
+  if (!draft_.survival.empty()) {
+    const int offered = static_cast<int>(draft_.tokens.size());
+    const int keep = std::clamp(caps_.drafts_to_verify(draft_.survival, offered), 0, offered);
+    stats_.unverified += offered - keep;
+    draft_.keep_first(keep);
+    cap_used_ = keep;
+  }
+  plan_verify();
 }
 
 void SequenceDecoder::finish_run() {
@@ -114,6 +141,7 @@ void SequenceDecoder::finish_run() {
       return finish_forced();
     case Phase::verify:
       return finish_round();
+    case Phase::drafting:
     case Phase::idle:
     case Phase::done:
       fail("finish_run: no forward was planned");
@@ -215,12 +243,15 @@ void SequenceDecoder::finish_forced() {
   if (options_.after_round) options_.after_round(state_);
 }
 
+// Drafts that can still be committed (plus the correction/bonus) and still fit the context.
+int64_t SequenceDecoder::round_budget() const {
+  const int64_t remaining = config_.max_tokens - result_.stats.generated_tokens;
+  return std::min({remaining - 1, model_.max_context() - state_.length() - 1, kMaxDraftsPerRound});
+}
+
 void SequenceDecoder::plan_round() {
   const SamplingParams& sampling = config_.sampling;
-  const int64_t remaining = config_.max_tokens - result_.stats.generated_tokens;
-  // Drafts that can still be committed (plus the correction/bonus) and still fit the context.
-  const int64_t budget =
-      std::min({remaining - 1, model_.max_context() - state_.length() - 1, kMaxDraftsPerRound});
+  const int64_t budget = round_budget();
   draft_ = Draft{};
   source_ = nullptr;
   round_start_ = now_seconds();
@@ -242,20 +273,18 @@ void SequenceDecoder::plan_round() {
     if (load_ > 0) caps_.on_load(load_);
     cap_used_ = static_cast<int>(std::min<int64_t>(caps_.cap_for_round(), budget));
     if (cap_used_ > 0) {
-      DraftRequest request{committed_, cap_used_, sampling, rng_};
       source_ = &drafter_;
       feed_->flush();
-      draft_ = drafter_.propose(request);
-      if (!draft_.survival.empty()) {
-        const int offered = static_cast<int>(draft_.tokens.size());
-        const int keep = std::clamp(caps_.drafts_to_verify(draft_.survival, offered), 0, offered);
-        stats_.unverified += offered - keep;
-        draft_.keep_first(keep);
-        cap_used_ = keep;
-      }
+      phase_ = Phase::drafting;
+      return;
     }
   }
-  draft_.keep_first(static_cast<size_t>(std::max<int64_t>(budget, 0)));
+  plan_verify();
+}
+
+// The round's drafts are known: bounded by the budget, checked, and planned as the verify forward.
+void SequenceDecoder::plan_verify() {
+  draft_.keep_first(static_cast<size_t>(std::max<int64_t>(round_budget(), 0)));
   for (int32_t id : draft_.tokens) {
     if (id < 0 || id >= vocab_)
       fail("drafter '{}' proposed token {} outside the vocabulary", drafter_.name(), id);
@@ -360,14 +389,28 @@ void StepCounters::add_step(const std::vector<SequenceRun>& runs, double seconds
 void decode_together(const Model& model, const std::vector<SequenceDecoder*>& sequences,
                      StepCounters* counters) {
   std::vector<SequenceRun> runs;
-  std::vector<SequenceDecoder*> running;
+  std::vector<SequenceDecoder*> running, drafting;
+  std::vector<DraftCall> calls;
   for (;;) {
     int unfinished = 0;
     for (const SequenceDecoder* sequence : sequences) unfinished += !sequence->finished();
     runs.clear();
     running.clear();
+    calls.clear();
+    drafting.clear();
     for (SequenceDecoder* sequence : sequences) {
       sequence->set_load(unfinished);
+      if (std::optional<DraftCall> call = sequence->draft_call()) {
+        calls.push_back(*call);
+        drafting.push_back(sequence);
+      }
+    }
+    std::vector<DraftOutcome> drafts = propose_together(calls);
+    for (size_t k = 0; k < drafts.size(); ++k) {
+      if (drafts[k].error) std::rethrow_exception(drafts[k].error);
+      drafting[k]->take_draft(std::move(drafts[k].draft));
+    }
+    for (SequenceDecoder* sequence : sequences) {
       if (std::optional<SequenceRun> run = sequence->next_run()) {
         runs.push_back(std::move(*run));
         running.push_back(sequence);

@@ -126,6 +126,11 @@ class SequenceDecoder {
   // The next forward, or nothing once the generation has ended. Its buffers stay valid until
   // finish_run, which must follow once the forward has run.
   std::optional<SequenceRun> next_run();
+  // next_run with the drafter's call lifted out, so that a caller can draft for many generations
+  // at once (propose_together): plans up to the next forward and returns the drafter call it
+  // waits on, if any. take_draft answers it (or next_run makes the call itself).
+  std::optional<DraftCall> draft_call();
+  void take_draft(Draft draft);
   void finish_run();
   // Runs the remaining forwards one by one, alone.
   void run_to_end();
@@ -139,12 +144,16 @@ class SequenceDecoder {
   const SpeculativeStats& stats() const { return stats_; }
 
  private:
-  enum class Phase { prefill, forced, verify, idle, done };
+  // drafting: a round waits on its drafter's call (draft_call).
+  enum class Phase { prefill, forced, drafting, verify, idle, done };
   void commit(int32_t id, const float* raw_logits, bool forced);
   void end_generation();
   SequenceRun run_of(const std::vector<int32_t>& rows);
   void plan_forced();
+  int64_t round_budget() const;
   void plan_round();
+  void plan_verify();
+  void plan_until_forward();
   void finish_prefill();
   void finish_forced();
   void finish_round();

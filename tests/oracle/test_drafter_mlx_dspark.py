@@ -66,10 +66,10 @@ def target_modules(target_dir):
 
 
 def run_tool(tmp_path, target_dir, drafter_dir, kind, bits, cap, rounds=4, generate=None,
-             one_row_at_a_time=False):
+             one_row_at_a_time=False, grouped=False):
     script = {"target": str(target_dir), "drafter": str(drafter_dir), "kind": kind, "bits": bits,
               "prompt": PROMPT, "rounds": rounds, "cap": cap, "accept": ACCEPT,
-              "one_row_at_a_time": one_row_at_a_time}
+              "one_row_at_a_time": one_row_at_a_time, "grouped": grouped}
     if generate is not None:
         script["generate"] = generate
     (tmp_path / "script.json").write_text(json.dumps(script))
@@ -146,6 +146,23 @@ def test_context_fed_in_one_call_or_row_by_row_is_identical(dirs, tmp_path, name
                           one_row_at_a_time=True)
     assert together["rounds"] == row_by_row["rounds"]
     assert together["committed"] == row_by_row["committed"]
+
+
+@pytest.mark.parametrize("bits", [4, 0])
+@pytest.mark.parametrize("name", DSPARK)
+def test_drafters_of_one_head_drafting_together_draft_as_alone(dirs, tmp_path, name, bits):
+    """The server drafts for every slot of one head in one pass: each sequence's drafts, logits
+    and confidences must be bit for bit what it drafts alone, greedy and sampled, whatever the
+    other sequences' contexts and caps."""
+    root, targets = dirs
+    packaging, target_name, options = make_tiny_drafters.DRAFTERS[name]
+    drafter_dir = make_tiny_drafters.build(name, root / "drafters")
+    out = run_tool(tmp_path, targets[target_name], drafter_dir, "dspark", bits, 16, grouped=True)
+    for mode in ("greedy", "sampled"):
+        alone, grouped = out["alone_" + mode], out["grouped_" + mode]
+        assert len(alone) == 4
+        assert len({len(a["drafts"]) for a in alone}) > 1, "the caps must differ"
+        assert grouped == alone
 
 
 @pytest.mark.parametrize("bits", [4, 0])

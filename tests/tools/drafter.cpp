@@ -14,7 +14,9 @@
 // ("fed_taps", flat [rows, n_taps * hidden]) and per round the position, pending token, drafts,
 // logits (flat [drafts, vocab]) and confidences. With "generate", OUT.json also holds
 // "plain" and "speculative": the tokens of run_generation in baseline mode and with the drafter
-// (fixed cap), and "rounds_run" / "accepted" of the speculative run.
+// (fixed cap), and "rounds_run" / "accepted" of the speculative run. With "grouped": true (DSpark),
+// OUT.json also holds "alone_greedy" / "grouped_greedy" and "alone_sampled" / "grouped_sampled":
+// one drafter per round, fed that round's context, proposing alone and then all together.
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -94,6 +96,52 @@ int run(const std::string& script_path, const std::string& out_path) {
     run_target(rows);
   }
   result["fed_taps"] = fed;
+  if (kind == "dspark" && script.value("grouped", false)) {
+    // One drafter per round, fed the rows that round's drafter had; each proposes alone and then
+    // all of them together (propose_together), greedy and sampled, with caps that differ.
+    std::vector<std::unique_ptr<DSparkDrafter>> members;
+    std::vector<std::vector<int32_t>> prefixes;
+    for (const nlohmann::json& record : result["rounds"]) {
+      const int64_t position = record["position"].get<int64_t>();
+      members.push_back(std::make_unique<DSparkDrafter>(dspark_head, 0.0f));
+      members.back()->on_target_rows(committed.data(), position, fed.data());
+      prefixes.emplace_back(committed.begin(), committed.begin() + position + 1);
+    }
+    for (const float temperature : {0.0f, 1.0f}) {
+      SamplingParams params;
+      params.temperature = temperature;
+      auto describe = [&](DSparkDrafter& drafter, const Draft& draft) {
+        return nlohmann::json{{"drafts", draft.tokens},
+                              {"logits", drafter.last_logits()},
+                              {"confidences", drafter.last_confidences()},
+                              {"survival", draft.survival}};
+      };
+      nlohmann::json alone, grouped;
+      std::vector<Rng> rngs;
+      for (size_t k = 0; k < members.size(); ++k) rngs.emplace_back(k);
+      for (size_t k = 0; k < members.size(); ++k) {
+        const int cap = 1 + static_cast<int>(k * 3) % dspark_head->max_drafts();
+        alone.push_back(describe(
+            *members[k], members[k]->propose(DraftRequest{prefixes[k], cap, params, rngs[k]})));
+      }
+      rngs.clear();
+      for (size_t k = 0; k < members.size(); ++k) rngs.emplace_back(k);
+      std::vector<DraftCall> calls;
+      for (size_t k = 0; k < members.size(); ++k) {
+        const int cap = 1 + static_cast<int>(k * 3) % dspark_head->max_drafts();
+        calls.push_back(
+            DraftCall{members[k].get(), DraftRequest{prefixes[k], cap, params, rngs[k]}});
+      }
+      const std::vector<DraftOutcome> outcomes = propose_together(calls);
+      for (size_t k = 0; k < members.size(); ++k) {
+        if (outcomes[k].error) std::rethrow_exception(outcomes[k].error);
+        grouped.push_back(describe(*members[k], outcomes[k].draft));
+      }
+      const std::string name = temperature > 0.0f ? "sampled" : "greedy";
+      result["alone_" + name] = alone;
+      result["grouped_" + name] = grouped;
+    }
+  }
   if (script.contains("generate")) {
     const nlohmann::json& g = script["generate"];
     GenerationConfig config;
