@@ -521,12 +521,9 @@ class Engine::SlotRun {
     if (decoding_) decoding_->decoder().set_load(sequences);
   }
 
-  // The drafter call the slot's next round waits on (SequenceDecoder::draft_call), if any.
-  std::optional<DraftCall> draft_call() {
-    if (ended_ || !decoding_) return std::nullopt;
-    return decoding_->decoder().draft_call();
-  }
-  void take_draft(Draft draft) { decoding_->decoder().take_draft(std::move(draft)); }
+  // The slot's decoder while it decodes (for draft_together); null while it prefills or once
+  // it has ended.
+  SequenceDecoder* decoder() { return ended_ || !decoding_ ? nullptr : &decoding_->decoder(); }
 
   // Takes the output of the forward next_run planned.
   void finish_run() {
@@ -721,7 +718,7 @@ void Engine::step_loop() {
   std::vector<std::unique_ptr<SlotRun>> slots(running_.size());
   std::vector<SequenceRun> runs;
   std::vector<SlotRun*> members, drafting;
-  std::vector<DraftCall> calls;
+  std::vector<SequenceDecoder*> decoders;
   const int64_t chunk = std::max<int64_t>(options_.prefill_chunk, 1);
   size_t first_prefill = 0;  // turns among prefilling slots, for fairness
   for (;;) {
@@ -740,25 +737,21 @@ void Engine::step_loop() {
     members.clear();
     // The decoding slots' drafter calls first, answered together: drafters of one head read its
     // weights once a step, however many slots draft.
-    calls.clear();
+    decoders.clear();
     drafting.clear();
     for (const auto& slot : slots) {
       if (slot == nullptr) continue;
-      try {
-        slot->set_load(active);
-        if (std::optional<DraftCall> call = slot->draft_call()) {
-          calls.push_back(*call);
-          drafting.push_back(slot.get());
-        }
-      } catch (const std::exception& e) {
-        slot->fail(e);
+      slot->set_load(active);
+      if (SequenceDecoder* decoder = slot->decoder()) {
+        decoders.push_back(decoder);
+        drafting.push_back(slot.get());
       }
     }
-    std::vector<DraftOutcome> drafts = propose_together(calls);
-    for (size_t k = 0; k < drafts.size(); ++k) {
+    const std::vector<std::exception_ptr> errors = draft_together(decoders);
+    for (size_t k = 0; k < errors.size(); ++k) {
+      if (!errors[k]) continue;
       try {
-        if (drafts[k].error) std::rethrow_exception(drafts[k].error);
-        drafting[k]->take_draft(std::move(drafts[k].draft));
+        std::rethrow_exception(errors[k]);
       } catch (const std::exception& e) {
         drafting[k]->fail(e);
       }

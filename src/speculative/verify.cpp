@@ -386,29 +386,45 @@ void StepCounters::add_step(const std::vector<SequenceRun>& runs, double seconds
   ++steps_by_width[width - 1];
 }
 
+std::vector<std::exception_ptr> draft_together(std::span<SequenceDecoder* const> decoders) {
+  std::vector<std::exception_ptr> errors(decoders.size());
+  std::vector<DraftCall> calls;
+  std::vector<size_t> callers;
+  for (size_t i = 0; i < decoders.size(); ++i) {
+    try {
+      if (std::optional<DraftCall> call = decoders[i]->draft_call()) {
+        calls.push_back(*call);
+        callers.push_back(i);
+      }
+    } catch (...) {
+      errors[i] = std::current_exception();
+    }
+  }
+  std::vector<DraftOutcome> drafts = propose_together(calls);
+  for (size_t k = 0; k < drafts.size(); ++k) {
+    const size_t i = callers[k];
+    try {
+      if (drafts[k].error) std::rethrow_exception(drafts[k].error);
+      decoders[i]->take_draft(std::move(drafts[k].draft));
+    } catch (...) {
+      errors[i] = std::current_exception();
+    }
+  }
+  return errors;
+}
+
 void decode_together(const Model& model, const std::vector<SequenceDecoder*>& sequences,
                      StepCounters* counters) {
   std::vector<SequenceRun> runs;
-  std::vector<SequenceDecoder*> running, drafting;
-  std::vector<DraftCall> calls;
+  std::vector<SequenceDecoder*> running;
   for (;;) {
     int unfinished = 0;
     for (const SequenceDecoder* sequence : sequences) unfinished += !sequence->finished();
     runs.clear();
     running.clear();
-    calls.clear();
-    drafting.clear();
-    for (SequenceDecoder* sequence : sequences) {
-      sequence->set_load(unfinished);
-      if (std::optional<DraftCall> call = sequence->draft_call()) {
-        calls.push_back(*call);
-        drafting.push_back(sequence);
-      }
-    }
-    std::vector<DraftOutcome> drafts = propose_together(calls);
-    for (size_t k = 0; k < drafts.size(); ++k) {
-      if (drafts[k].error) std::rethrow_exception(drafts[k].error);
-      drafting[k]->take_draft(std::move(drafts[k].draft));
+    for (SequenceDecoder* sequence : sequences) sequence->set_load(unfinished);
+    for (const std::exception_ptr& error : draft_together(sequences)) {
+      if (error) std::rethrow_exception(error);
     }
     for (SequenceDecoder* sequence : sequences) {
       if (std::optional<SequenceRun> run = sequence->next_run()) {

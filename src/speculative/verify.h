@@ -12,9 +12,11 @@
 // consulted after every committed token as in plain decoding: a round stops committing where it
 // fires, and the forced ids take one forward of their own.
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "engine/answer_constraint.h"
@@ -207,6 +209,12 @@ struct StepCounters {
   // One step over `runs` that took `seconds`.
   void add_step(const std::vector<SequenceRun>& runs, double seconds);
 };
+
+// The drafting half of one shared step: every decoder's pending drafter call (draft_call),
+// answered together (propose_together) and handed back (take_draft), so that drafters of one
+// head read its weights once. errors[i] is what decoders[i] threw while planning or what its
+// drafter threw (null: none); a decoder that failed must not be stepped further.
+std::vector<std::exception_ptr> draft_together(std::span<SequenceDecoder* const> decoders);
 
 // Runs the generations to their ends, every step one Model::forward_batch over the next forward of
 // each unfinished one, each told the load (set_load: the unfinished generations). Each
