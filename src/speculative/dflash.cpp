@@ -51,36 +51,76 @@ void DFlashDrafter::truncate_context(int64_t rows) {
 }
 
 Draft DFlashDrafter::propose(const DraftRequest& request) {
-  const BackboneConfig& b = head_->config().backbone;
-  const int64_t H = b.hidden, V = head_->target().vocab_size();
-  const int64_t position = static_cast<int64_t>(request.committed.size()) - 1;
-  if (position != context_.length) {
-    fail("DFlash drafter context holds {} rows but {} tokens precede the pending one",
-         context_.length, position);
-  }
+  Drafter* members[] = {this};
+  const DraftRequest* requests[] = {&request};
   Draft draft;
-  last_logits_.clear();
-  const int cap = std::min(request.cap, head_->max_drafts());
-  if (cap <= 0) return draft;
-  const int64_t width = head_->block_width(cap);
-  std::vector<int32_t> block(width, b.mask_token_id);
-  block[0] = request.committed.back();
-  std::vector<float> embedded(width * H), hidden(width * H);
-  head_->target().embed(block.data(), width, embedded.data());
-  head_->backbone().run_block(embedded.data(), width, context_, hidden.data());
-  last_logits_.resize(static_cast<size_t>(cap * V));
-  head_->logits(hidden.data() + H, cap, last_logits_.data());
-  for (int i = 0; i < cap; ++i) {
-    const float* logits = last_logits_.data() + static_cast<int64_t>(i) * V;
-    if (request.sampling.greedy()) {
-      draft.tokens.push_back(argmax(logits, V));
-    } else {
-      TokenDistribution q = target_distribution(request.sampling, logits, V);
-      draft.tokens.push_back(sample_from(q, request.rng.uniform()));
-      draft.proposals.push_back(std::move(q));
+  propose_group(members, requests, {&draft, 1});
+  return draft;
+}
+
+void DFlashDrafter::propose_group(std::span<Drafter* const> members,
+                                  std::span<const DraftRequest* const> requests,
+                                  std::span<Draft> drafts) {
+  const DFlashHead& head = *head_;
+  const BackboneConfig& b = head.config().backbone;
+  const int64_t H = b.hidden, V = head.target().vocab_size();
+  // The members that draft this pass (cap > 0), checked before any of them draws a number.
+  std::vector<DFlashDrafter*> drafting;
+  std::vector<size_t> slot;
+  std::vector<int> caps;
+  std::vector<int64_t> widths;
+  std::vector<const DrafterContext*> contexts;
+  std::vector<int32_t> blocks;
+  for (size_t m = 0; m < members.size(); ++m) {
+    auto* drafter = static_cast<DFlashDrafter*>(members[m]);
+    const DraftRequest& request = *requests[m];
+    const int64_t position = static_cast<int64_t>(request.committed.size()) - 1;
+    if (position != drafter->context_.length) {
+      fail("DFlash drafter context holds {} rows but {} tokens precede the pending one",
+           drafter->context_.length, position);
+    }
+    drafts[m] = Draft{};
+    drafter->last_logits_.clear();
+    const int cap = std::min(request.cap, head.max_drafts());
+    if (cap <= 0) continue;
+    drafting.push_back(drafter);
+    slot.push_back(m);
+    caps.push_back(cap);
+    widths.push_back(head.block_width(cap));
+    contexts.push_back(&drafter->context_);
+    blocks.push_back(request.committed.back());
+    blocks.insert(blocks.end(), widths.back() - 1, b.mask_token_id);
+  }
+  const size_t n = drafting.size();
+  if (n == 0) return;
+  const auto rows = static_cast<int64_t>(blocks.size());
+  std::vector<float> embedded(rows * H), hidden(rows * H);
+  head.target().embed(blocks.data(), rows, embedded.data());
+  head.backbone().run_blocks(embedded.data(), widths, contexts, hidden.data());
+  // Slots 1 .. cap of every block through the lm_head in one pass.
+  int64_t draft_rows = 0;
+  for (int cap : caps) draft_rows += cap;
+  std::vector<float> drafting_hidden(draft_rows * H), logits(draft_rows * V);
+  for (int64_t k = 0, first = 0, at = 0; k < static_cast<int64_t>(n); first += widths[k], ++k) {
+    std::copy_n(hidden.data() + (first + 1) * H, caps[k] * H, drafting_hidden.data() + at * H);
+    at += caps[k];
+  }
+  head.logits(drafting_hidden.data(), draft_rows, logits.data());
+  for (int64_t k = 0, at = 0; k < static_cast<int64_t>(n); at += caps[k], ++k) {
+    const DraftRequest& request = *requests[slot[k]];
+    Draft& draft = drafts[slot[k]];
+    drafting[k]->last_logits_.assign(logits.begin() + at * V, logits.begin() + (at + caps[k]) * V);
+    for (int i = 0; i < caps[k]; ++i) {
+      const float* row = logits.data() + (at + i) * V;
+      if (request.sampling.greedy()) {
+        draft.tokens.push_back(argmax(row, V));
+      } else {
+        TokenDistribution q = target_distribution(request.sampling, row, V);
+        draft.tokens.push_back(sample_from(q, request.rng.uniform()));
+        draft.proposals.push_back(std::move(q));
+      }
     }
   }
-  return draft;
 }
 
 std::function<std::unique_ptr<Drafter>()> dflash_drafter_factory(

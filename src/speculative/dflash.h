@@ -44,6 +44,13 @@ class DFlashDrafter final : public Drafter {
   int64_t context_rows() const override { return context_.length; }
   void truncate_context(int64_t rows) override;
   Draft propose(const DraftRequest& request) override;
+  // Every DFlash drafter of one head drafts together: the blocks through the backbone as one
+  // batch and every drafting row through the target's lm_head in one product.
+  Drafter* grouped() override { return this; }
+  const void* group() const override { return head_.get(); }
+  void propose_group(std::span<Drafter* const> members,
+                     std::span<const DraftRequest* const> requests,
+                     std::span<Draft> drafts) override;
   // Logits [drafts, vocab] of the last propose (for the reference comparison).
   const std::vector<float>& last_logits() const { return last_logits_; }
 

@@ -149,7 +149,7 @@ def test_context_fed_in_one_call_or_row_by_row_is_identical(dirs, tmp_path, name
 
 
 @pytest.mark.parametrize("bits", [4, 0])
-@pytest.mark.parametrize("name", DSPARK)
+@pytest.mark.parametrize("name", DSPARK + DFLASH)
 def test_drafters_of_one_head_drafting_together_draft_as_alone(dirs, tmp_path, name, bits):
     """The server drafts for every slot of one head in one pass: each sequence's drafts, logits
     and confidences must be bit for bit what it drafts alone, greedy and sampled, whatever the
@@ -157,7 +157,8 @@ def test_drafters_of_one_head_drafting_together_draft_as_alone(dirs, tmp_path, n
     root, targets = dirs
     packaging, target_name, options = make_tiny_drafters.DRAFTERS[name]
     drafter_dir = make_tiny_drafters.build(name, root / "drafters")
-    out = run_tool(tmp_path, targets[target_name], drafter_dir, "dspark", bits, 16, grouped=True)
+    kind = "dflash" if name.startswith("dflash") else "dspark"
+    out = run_tool(tmp_path, targets[target_name], drafter_dir, kind, bits, 16, grouped=True)
     for mode in ("greedy", "sampled"):
         alone, grouped = out["alone_" + mode], out["grouped_" + mode]
         assert len(alone) == 4

@@ -14,7 +14,7 @@
 // ("fed_taps", flat [rows, n_taps * hidden]) and per round the position, pending token, drafts,
 // logits (flat [drafts, vocab]) and confidences. With "generate", OUT.json also holds
 // "plain" and "speculative": the tokens of run_generation in baseline mode and with the drafter
-// (fixed cap), and "rounds_run" / "accepted" of the speculative run. With "grouped": true (DSpark),
+// (fixed cap), and "rounds_run" / "accepted" of the speculative run. With "grouped": true,
 // OUT.json also holds "alone_greedy" / "grouped_greedy" and "alone_sampled" / "grouped_sampled":
 // one drafter per round, fed that round's context, proposing alone and then all together.
 #include <fstream>
@@ -96,41 +96,51 @@ int run(const std::string& script_path, const std::string& out_path) {
     run_target(rows);
   }
   result["fed_taps"] = fed;
-  if (kind == "dspark" && script.value("grouped", false)) {
+  if (script.value("grouped", false)) {
     // One drafter per round, fed the rows that round's drafter had; each proposes alone and then
     // all of them together (propose_together), greedy and sampled, with caps that differ.
-    std::vector<std::unique_ptr<DSparkDrafter>> members;
+    auto make_drafter = [&]() -> std::unique_ptr<Drafter> {
+      if (kind == "dspark") return std::make_unique<DSparkDrafter>(dspark_head, 0.0f);
+      return std::make_unique<DFlashDrafter>(dflash_head);
+    };
+    auto describe = [&](Drafter& drafter, const Draft& draft) {
+      nlohmann::json out{{"drafts", draft.tokens}, {"survival", draft.survival}};
+      if (kind == "dspark") {
+        const auto& d = static_cast<DSparkDrafter&>(drafter);
+        out["logits"] = d.last_logits();
+        out["confidences"] = d.last_confidences();
+      } else {
+        out["logits"] = static_cast<DFlashDrafter&>(drafter).last_logits();
+      }
+      return out;
+    };
+    const int max_drafts = kind == "dspark" ? dspark_head->max_drafts() : dflash_head->max_drafts();
+    std::vector<std::unique_ptr<Drafter>> members;
     std::vector<std::vector<int32_t>> prefixes;
     for (const nlohmann::json& record : result["rounds"]) {
       const int64_t position = record["position"].get<int64_t>();
-      members.push_back(std::make_unique<DSparkDrafter>(dspark_head, 0.0f));
+      members.push_back(make_drafter());
       members.back()->on_target_rows(committed.data(), position, fed.data());
       prefixes.emplace_back(committed.begin(), committed.begin() + position + 1);
     }
+    auto cap_of = [&](size_t k) { return 1 + static_cast<int>(k * 3) % max_drafts; };
     for (const float temperature : {0.0f, 1.0f}) {
       SamplingParams params;
       params.temperature = temperature;
-      auto describe = [&](DSparkDrafter& drafter, const Draft& draft) {
-        return nlohmann::json{{"drafts", draft.tokens},
-                              {"logits", drafter.last_logits()},
-                              {"confidences", drafter.last_confidences()},
-                              {"survival", draft.survival}};
-      };
       nlohmann::json alone, grouped;
       std::vector<Rng> rngs;
       for (size_t k = 0; k < members.size(); ++k) rngs.emplace_back(k);
       for (size_t k = 0; k < members.size(); ++k) {
-        const int cap = 1 + static_cast<int>(k * 3) % dspark_head->max_drafts();
-        alone.push_back(describe(
-            *members[k], members[k]->propose(DraftRequest{prefixes[k], cap, params, rngs[k]})));
+        const Draft draft =
+            members[k]->propose(DraftRequest{prefixes[k], cap_of(k), params, rngs[k]});
+        alone.push_back(describe(*members[k], draft));
       }
       rngs.clear();
       for (size_t k = 0; k < members.size(); ++k) rngs.emplace_back(k);
       std::vector<DraftCall> calls;
       for (size_t k = 0; k < members.size(); ++k) {
-        const int cap = 1 + static_cast<int>(k * 3) % dspark_head->max_drafts();
         calls.push_back(
-            DraftCall{members[k].get(), DraftRequest{prefixes[k], cap, params, rngs[k]}});
+            DraftCall{members[k].get(), DraftRequest{prefixes[k], cap_of(k), params, rngs[k]}});
       }
       const std::vector<DraftOutcome> outcomes = propose_together(calls);
       for (size_t k = 0; k < members.size(); ++k) {
