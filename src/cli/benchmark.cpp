@@ -276,11 +276,15 @@ std::vector<int> parse_levels(const std::string& text) {
 
 // One arm at one load: `sequences` generations at once, generation i on prompt i mod |prompts|,
 // stepped together (decode_together: one batched target forward a step, as `serve --parallel`
-// runs them). Returns the aggregate tok/s and fills the step figures and whether every generation
-// equals plain decoding of its prompt.
-double run_load(const Model& model, const std::vector<Prompt>& prompts,
-                const std::vector<std::vector<int32_t>>& plain_tokens, const Arm& arm,
-                const GenerationConfig& config, LoadRun& load) {
+// runs them). Returns the aggregate tok/s and the steady tok/s while every generation decodes,
+// and fills the step figures and whether every generation equals plain decoding of its prompt.
+struct LoadRates {
+  double all = 0.0;
+  double full = 0.0;
+};
+LoadRates run_load(const Model& model, const std::vector<Prompt>& prompts,
+                   const std::vector<std::vector<int32_t>>& plain_tokens, const Arm& arm,
+                   const GenerationConfig& config, LoadRun& load) {
   const TokenCallback keep_going = [](const CommittedToken&) { return true; };
   std::vector<ModelState> states;
   std::vector<std::unique_ptr<Decoding>> decodings;
@@ -316,7 +320,12 @@ double run_load(const Model& model, const std::vector<Prompt>& prompts,
     load.rows_per_step = double(counters.rows) / double(counters.steps);
   }
   load.drafts_per_round = rounds > 0 ? double(drafted) / double(rounds) : 0.0;
-  return wall > 0 ? static_cast<double>(generated) / wall : 0.0;
+  LoadRates rates;
+  if (wall > 0) rates.all = static_cast<double>(generated) / wall;
+  if (counters.full_seconds > 0) {
+    rates.full = static_cast<double>(counters.full_tokens) / counters.full_seconds;
+  }
+  return rates;
 }
 
 void run_benchmark(const BenchmarkOptions& options) {
@@ -496,13 +505,15 @@ void run_benchmark(const BenchmarkOptions& options) {
       report.loads.push_back(std::move(load));
     }
     for (int trial = 0; trial < options.trials; ++trial) {
-      double plain = 0.0;
+      LoadRates plain;
       for (size_t a = 0; a < arms.size(); ++a) {
         LoadRun& load = report.loads[first + a];
-        const double rate = run_load(model, prompts, plain_by_prompt, arms[a], config, load);
-        if (a == 0) plain = rate;
-        load.tok_s.push_back(rate);
-        load.speedup.push_back(plain > 0 ? rate / plain : 0.0);
+        const LoadRates rates = run_load(model, prompts, plain_by_prompt, arms[a], config, load);
+        if (a == 0) plain = rates;
+        load.tok_s.push_back(rates.all);
+        load.speedup.push_back(plain.all > 0 ? rates.all / plain.all : 0.0);
+        load.full_tok_s.push_back(rates.full);
+        load.full_speedup.push_back(plain.full > 0 ? rates.full / plain.full : 0.0);
       }
     }
   }

@@ -239,6 +239,9 @@ nlohmann::json report_json(const BenchmarkReport& report) {
                               {"tok_s", load.median_tok_s()},
                               {"tok_s_trials", load.tok_s},
                               {"speedup", load.median_speedup()},
+                              {"full_tok_s", load.median_full_tok_s()},
+                              {"full_tok_s_trials", load.full_tok_s},
+                              {"full_speedup", load.median_full_speedup()},
                               {"step_ms", load.step_ms},
                               {"sequences_per_step", load.sequences_per_step},
                               {"rows_per_step", load.rows_per_step},
@@ -259,12 +262,22 @@ double LoadRun::median_speedup() const {
   return speedup.empty() ? 0.0 : median(speedup);
 }
 
+double LoadRun::median_full_tok_s() const {
+  return full_tok_s.empty() ? 0.0 : median(full_tok_s);
+}
+
+double LoadRun::median_full_speedup() const {
+  return full_speedup.empty() ? 0.0 : median(full_speedup);
+}
+
 std::string format_load(const LoadRun& load) {
   std::string line = fmt::format(
       "  {:>2} sequences  {:<22} {:7.1f} tok/s ({:.2f}x) · step {:.1f} ms, {:.1f} sequences, "
       "{:.1f} rows",
       load.sequences, load.arm, load.median_tok_s(), load.median_speedup(), load.step_ms,
       load.sequences_per_step, load.rows_per_step);
+  line += fmt::format(" · all decoding {:.1f} tok/s ({:.2f}x)", load.median_full_tok_s(),
+                      load.median_full_speedup());
   if (load.derived_cap >= 0) line += fmt::format(" · derived cap {}", load.derived_cap);
   if (load.drafts_per_round > 0)
     line += fmt::format(" · {:.2f} drafts/round", load.drafts_per_round);

@@ -60,6 +60,10 @@ struct LoadRun {
   int sequences = 0;
   std::vector<double> tok_s;    // aggregate generated tokens over wall time, per trial
   std::vector<double> speedup;  // over the baseline arm at the same load, per trial
+  // The same while every generation decodes (StepCounters::full_seconds): the steady rate of
+  // `sequences` concurrent generations, per trial (0 when no step had them all decoding).
+  std::vector<double> full_tok_s;
+  std::vector<double> full_speedup;
   // The step-cost curve SPS(B): mean time of one batched step, and what the steps carried.
   double step_ms = 0.0;
   double sequences_per_step = 0.0;
@@ -70,6 +74,8 @@ struct LoadRun {
 
   double median_tok_s() const;
   double median_speedup() const;
+  double median_full_tok_s() const;
+  double median_full_speedup() const;
 };
 
 struct Roofline {

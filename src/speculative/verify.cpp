@@ -422,6 +422,13 @@ void decode_together(const Model& model, const std::vector<SequenceDecoder*>& se
     for (const SequenceDecoder* sequence : sequences) unfinished += !sequence->finished();
     runs.clear();
     running.clear();
+    const double step_start = now_seconds();
+    bool full = true;
+    int64_t tokens_before = 0;
+    for (const SequenceDecoder* sequence : sequences) {
+      full = full && !sequence->finished() && sequence->result().stats.generated_tokens > 0;
+      tokens_before += sequence->result().stats.generated_tokens;
+    }
     for (SequenceDecoder* sequence : sequences) sequence->set_load(unfinished);
     for (const std::exception_ptr& error : draft_together(sequences)) {
       if (error) std::rethrow_exception(error);
@@ -437,6 +444,14 @@ void decode_together(const Model& model, const std::vector<SequenceDecoder*>& se
     model.forward_batch(runs);
     if (counters != nullptr) counters->add_step(runs, now_seconds() - start);
     for (SequenceDecoder* sequence : running) sequence->finish_run();
+    if (counters != nullptr && full) {
+      int64_t tokens_after = 0;
+      for (const SequenceDecoder* sequence : sequences) {
+        tokens_after += sequence->result().stats.generated_tokens;
+      }
+      counters->full_seconds += now_seconds() - step_start;
+      counters->full_tokens += tokens_after - tokens_before;
+    }
   }
 }
 

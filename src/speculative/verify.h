@@ -205,6 +205,12 @@ struct StepCounters {
   int64_t widest = 0;                   // most sequences in one step
   std::vector<int64_t> steps_by_width;  // [w - 1]: steps that carried w sequences
   double busy_seconds = 0.0;            // inside the steps' forwards
+  // The steps in which every generation was decoding (past its prompt, none finished): their wall
+  // time, drafting and acceptance included, and the tokens they committed. The steady rate of a
+  // constant load, without the start (prompts) and the tail (generations that ended early
+  // leave narrower steps), which a closed batch of generations also has.
+  double full_seconds = 0.0;
+  int64_t full_tokens = 0;
 
   // One step over `runs` that took `seconds`.
   void add_step(const std::vector<SequenceRun>& runs, double seconds);

@@ -197,10 +197,14 @@ def test_concurrency_sweep_batches_and_stays_lossless(tiny_nemotron, tmp_path):
     for entry in loads:
         assert entry["matches_plain"], entry
         assert entry["tok_s"] > 0 and entry["step_ms"] > 0
+        # The steady rate while every generation decodes: from the steps with all of them past
+        # their prompts and none finished (every load has such steps at 24 new tokens).
+        assert entry["full_tok_s"] > 0
+        assert entry["full_tok_s"] == pytest.approx(statistics.median(entry["full_tok_s_trials"]))
         assert 1.0 <= entry["sequences_per_step"] <= entry["sequences"]
         assert entry["rows_per_step"] >= entry["sequences_per_step"]
         if entry["run"] == "baseline":
-            assert entry["speedup"] == 1.0
+            assert entry["speedup"] == 1.0 and entry["full_speedup"] == 1.0
         if entry["sequences"] == 4:
             assert entry["sequences_per_step"] > 1.5, entry
     # The derived cap under load is the step-rate argmax over the drafter's calibration; whether
