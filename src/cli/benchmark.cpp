@@ -212,10 +212,6 @@ void print_calibration(const std::string& what, const Calibration& calibration, 
   for (size_t c = 0; c < calibration.curves.drafter_ms.size(); ++c) {
     drafts += fmt::format(" {}:{:.3g}", c + 1, calibration.curves.drafter_ms[c]);
   }
-  if (calibration.curves.group_draft_ms) {
-    drafts += fmt::format(", +{:.3g} per draft of each further sequence drafting together",
-                          *calibration.curves.group_draft_ms);
-  }
   std::string source =
       calibration.from_cache ? "cached" : fmt::format("measured in {:.1f} s", calibration.seconds);
   if (calibration.stale) {

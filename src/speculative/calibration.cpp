@@ -18,7 +18,7 @@ namespace dspark {
 namespace {
 
 // 2: verify rows are distinct tokens.
-constexpr int kSchemaVersion = 3;
+constexpr int kSchemaVersion = 2;
 // The synthetic prompt: one token id repeated (§16.1).
 constexpr int32_t kSyntheticToken = 7;
 // Verify rows step through the vocabulary by this prime: a MoE verify streams the union of the
@@ -143,13 +143,12 @@ CostCurves measure(const Model& target, const DrafterFactory& make_drafter,
   // drafter's context is random rows (§16.1), so no prefill is spent on it.
   const std::vector<int32_t> prompt(options.context, kSyntheticToken);
   m.inflate_to(options.context);
-  std::vector<float> context_taps;
   if (drafter) {
     std::mt19937 engine(7);
     std::normal_distribution<float> normal(0.0f, 1.0f);
-    context_taps.resize(options.context * m.taps.size() * target.hidden_size());
-    for (float& value : context_taps) value = normal(engine);
-    drafter->on_target_rows(prompt.data(), options.context, context_taps.data());
+    std::vector<float> taps(options.context * m.taps.size() * target.hidden_size());
+    for (float& value : taps) value = normal(engine);
+    drafter->on_target_rows(prompt.data(), options.context, taps.data());
   }
 
   curves.verify_ms.assign(options.max_width, 0.0);
@@ -172,31 +171,6 @@ CostCurves measure(const Model& target, const DrafterFactory& make_drafter,
           },
           [] {});
     }
-  }
-
-  // Drafters that draft together (Drafter::group): the extra cost of each further sequence's
-  // drafts, from a pass over kGroupSequences sequences against the same context at cap 2.
-  if (drafter && drafter->grouped() != nullptr && max_cap >= 1) {
-    constexpr int kGroupSequences = 4;
-    const int cap = std::min(2, max_cap);
-    std::vector<std::unique_ptr<Drafter>> others;
-    std::vector<DraftCall> calls{
-        DraftCall{drafter.get(), DraftRequest{committed, cap, greedy, rng}}};
-    for (int s = 1; s < kGroupSequences; ++s) {
-      others.push_back(make_drafter());
-      others.back()->on_target_rows(prompt.data(), options.context, context_taps.data());
-      calls.push_back(DraftCall{others.back().get(), DraftRequest{committed, cap, greedy, rng}});
-    }
-    const double group_ms = time_ms(
-        repeats,
-        [&] {
-          for (const DraftOutcome& outcome : propose_together(calls)) {
-            if (outcome.error) std::rethrow_exception(outcome.error);
-          }
-        },
-        [] {});
-    curves.group_draft_ms =
-        std::max(0.0, (group_ms - curves.drafter_ms[cap - 1]) / ((kGroupSequences - 1) * cap));
   }
 
   // A whole round at cap 2 as the loop runs it: draft, verify, pick per row, roll back to the
@@ -367,7 +341,6 @@ CalibratedCaps calibrated_cap_policy(const Model& target, const DrafterFactory& 
   }
   CostCurves lookup_curves = curves;
   lookup_curves.drafter_ms.clear();
-  lookup_curves.group_draft_ms.reset();
   caps.lookup_policy = make_lookup_cap_policy_factory(std::move(lookup_curves));
   caps.policy = make_cap_policy_factory(std::move(curves), max_cap, allow_parking);
   return caps;
@@ -391,7 +364,6 @@ nlohmann::json cost_curves_json(const CostCurves& curves) {
   nlohmann::json out;
   out["verify"] = series_json(curves.verify_ms);
   if (!curves.drafter_ms.empty()) out["drafter"] = series_json(curves.drafter_ms);
-  if (curves.group_draft_ms) out["drafter_group"] = *curves.group_draft_ms;
   out["overhead"] = curves.overhead_ms;
   nlohmann::json slope = nlohmann::json::object();
   for (size_t i = 0; i < curves.slope_widths.size(); ++i) {
@@ -411,13 +383,6 @@ CostCurves cost_curves_from_json(const nlohmann::json& json, const std::string& 
   if (curves.verify_ms.empty()) fail("{}: 'verify' is empty", source);
   if (json.contains("drafter"))
     curves.drafter_ms = series_from_json(json["drafter"], "drafter", source);
-  if (json.contains("drafter_group")) {
-    const nlohmann::json& group = json["drafter_group"];
-    if (!group.is_number() || group.get<double>() < 0.0) {
-      fail("{}: 'drafter_group' must be a non-negative number of milliseconds", source);
-    }
-    curves.group_draft_ms = group.get<double>();
-  }
   if (!json["overhead"].is_number()) fail("{}: 'overhead' must be a number", source);
   curves.overhead_ms = json["overhead"].get<double>();
   const nlohmann::json& depth = json["verify_depth"];

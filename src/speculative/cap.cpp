@@ -101,17 +101,11 @@ double CostCurves::depth(int width, int64_t context) const {
   return std::max(0.0, slope) * static_cast<double>(context - reference_context);
 }
 
-double CostCurves::drafting(int total_drafts, int largest, double alone_ms) const {
-  if (!group_draft_ms || drafter_ms.empty()) return alone_ms;
-  if (total_drafts <= 0) return 0.0;
-  return drafter(largest) + *group_draft_ms * static_cast<double>(total_drafts - largest);
-}
-
 double CostCurves::batch_round_ms(int cap, int64_t context, int sequences) const {
-  const int b = std::max(sequences, 1);
+  const double b = std::max(sequences, 1);
   if (cap <= 0) return verify(sequences) + b * depth(1, context);
-  return drafting(b * cap, cap, b * drafter(cap)) + verify(sequences * (cap + 1)) +
-         b * depth(cap + 1, context) + overhead_ms;
+  return b * drafter(cap) + verify(sequences * (cap + 1)) + b * depth(cap + 1, context) +
+         overhead_ms;
 }
 
 double CostCurves::round_ms(int cap, int64_t context) const {

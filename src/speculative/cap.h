@@ -4,7 +4,6 @@
 // controller behind --max-draft auto.
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <vector>
 
 #include "speculative/decode.h"
@@ -16,12 +15,8 @@ namespace dspark {
 // points are priced piecewise-linearly; beyond them the curve rises with the least-squares slope
 // of its upper half.
 struct CostCurves {
-  std::vector<double> verify_ms;   // [w - 1]: one tapped target forward of width w = 1, 2, ...
-  std::vector<double> drafter_ms;  // [C - 1]: drafting C tokens; empty = free (lookup drafts)
-  // When drafters of one head draft together (propose_together), one step's drafting costs one
-  // pass at the largest cap plus this much per draft of every further sequence; unset: each
-  // sequence's drafting costs drafter(its cap) alone.
-  std::optional<double> group_draft_ms;
+  std::vector<double> verify_ms;    // [w - 1]: one tapped target forward of width w = 1, 2, ...
+  std::vector<double> drafter_ms;   // [C - 1]: drafting C tokens; empty = free (lookup drafts)
   double overhead_ms = 0.0;         // per round, beyond drafting and verifying
   int64_t reference_context = 512;  // context depth the curves were measured at
   // Extra verify milliseconds per context token beyond reference_context, at a few widths.
@@ -34,9 +29,6 @@ struct CostCurves {
   void fit();
   double verify(int width) const;
   double drafter(int cap) const;
-  // One step's drafting when the drafting sequences' caps add up to `total_drafts`, the largest
-  // being `largest` (group_draft_ms set), or add up their drafter(cap) to `alone_ms` (unset).
-  double drafting(int total_drafts, int largest, double alone_ms) const;
   double depth(int width, int64_t context) const;
   // Milliseconds of a round offering `cap` drafts at `context` (cap 0: a plain step).
   double round_ms(int cap, int64_t context) const;

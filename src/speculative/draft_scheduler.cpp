@@ -38,26 +38,18 @@ DraftAllocation allocate_drafts(const CostCurves& curves,
   for (const DraftCandidate& candidate : candidates) side_ms += curves.depth(1, candidate.context);
   double committed = sequences;
 
-  // The drafts still to be drafted: their total, the largest cap among them, and their drafting
-  // priced sequence by sequence (CostCurves::drafting prices them together when they group).
-  int to_draft = 0, largest = 0;
-  double alone_ms = 0.0;
   DraftAllocation best{caps, 0, committed / (side_ms + curves.verify(sequences))};
   for (size_t n = 0; n < pairs.size(); ++n) {
     const Pair& pair = pairs[n];
     const DraftCandidate& candidate = candidates[pair.candidate];
     int& cap = caps[pair.candidate];
-    if (!candidate.drafted) {
-      alone_ms += curves.drafter(cap + 1) - curves.drafter(cap);
-      ++to_draft;
-      largest = std::max(largest, cap + 1);
-    }
+    if (!candidate.drafted) side_ms += curves.drafter(cap + 1) - curves.drafter(cap);
     side_ms += curves.depth(cap + 2, candidate.context) - curves.depth(cap + 1, candidate.context);
     ++cap;
     committed += pair.survival;
     const int drafts = static_cast<int>(n) + 1;
-    const double rate = committed / (side_ms + curves.drafting(to_draft, largest, alone_ms) +
-                                     curves.verify(sequences + drafts) + curves.overhead_ms);
+    const double rate =
+        committed / (side_ms + curves.verify(sequences + drafts) + curves.overhead_ms);
     if (rate > best.tokens_per_ms) best = DraftAllocation{caps, drafts, rate};
   }
   return best;

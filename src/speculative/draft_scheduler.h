@@ -30,14 +30,12 @@ struct DraftAllocation {
 };
 
 // The allocation that maximises expected committed tokens per step millisecond:
-//   (B + Σ admitted survival) / (drafting + verify(B + drafts) + Σ depth(c_m + 1, ctx_m)
+//   (B + Σ admitted survival) / (Σ drafter(c_m) + verify(B + drafts) + Σ depth(c_m + 1, ctx_m)
 //                               + overhead when anyone drafts)
-// with B = the candidates plus `plain_sequences` generations that only decode, and drafting
-// Σ drafter(c_m), or drafter(max c_m) + group_draft_ms · (Σ c_m - max c_m) where the drafters
-// draft together (CostCurves::drafting; drafts that exist already are not priced). Pairs are
-// admitted in order of survival (ties: earlier position, then earlier candidate), and every budget
-// from 0 to all pairs is priced: the step cost need not make the rate unimodal. Ties go to the
-// smaller budget. With one candidate at survival p^(k+1) this is derive_cap.
+// with B = the candidates plus `plain_sequences` generations that only decode. Pairs are admitted
+// in order of survival (ties: earlier position, then earlier candidate), and every budget from 0
+// to all pairs is priced: the step cost need not make the rate unimodal. Ties go to the smaller
+// budget. With one candidate at survival p^(k+1) this is derive_cap.
 DraftAllocation allocate_drafts(const CostCurves& curves,
                                 const std::vector<DraftCandidate>& candidates,
                                 int plain_sequences = 0);

@@ -136,17 +136,6 @@ TEST(CostCurvesJson, RoundTripsAndRefusesDamage) {
   EXPECT_EQ(back.overhead_ms, curves.overhead_ms);
   EXPECT_EQ(back.slope_widths, curves.slope_widths);
   EXPECT_EQ(back.slope_ms_per_token, curves.slope_ms_per_token);
-  EXPECT_FALSE(back.group_draft_ms.has_value());
-  curves.group_draft_ms = 0.125;
-  EXPECT_EQ(cost_curves_from_json(cost_curves_json(curves), "test").group_draft_ms, 0.125);
-  nlohmann::json negative = cost_curves_json(curves);
-  negative["drafter_group"] = -1.0;
-  try {
-    cost_curves_from_json(negative, "cache.json [key]");
-    FAIL() << "a negative grouped drafting cost was accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("drafter_group"), std::string::npos);
-  }
 
   nlohmann::json damaged = cost_curves_json(curves);
   damaged["verify"]["7"] = 3.0;

@@ -96,23 +96,6 @@ TEST(AllocateDrafts, DraftsThatExistAreNotChargedTheirDrafting) {
   EXPECT_NEAR(allocation.tokens_per_ms, 0.271, 1e-12);
 }
 
-// Drafters that draft together pay one pass at the largest cap and a little per further draft.
-// Two generations at p = .9 on flat 10 ms verify curves, drafting 10 ms for one draft, 11 for
-// two. Alone every draft pays its own pass, and no budget beats plain steps (2 / 10 = .2):
-//   1: 2.9 / 20 = .145;  2: 3.8 / 30 = .127;  3: 4.61 / 31 = .149;  4: 5.42 / 32 = .169.
-// Drafting together at 0.5 ms per further draft:
-//   1: 2.9 / 20 = .145;  2: 3.8 / 20.5 = .185;  3: 4.61 / 21.5 = .214;  4: 5.42 / 22 = .246.
-TEST(AllocateDrafts, DraftersThatDraftTogetherPayOnePass) {
-  CostCurves curves = curves_of({10, 10, 10, 10, 10, 10, 10, 10}, {10, 11});
-  const std::vector<DraftCandidate> two = {geometric(0.9, 2), geometric(0.9, 2)};
-  EXPECT_EQ(allocate_drafts(curves, two).drafts, 0);
-  curves.group_draft_ms = 0.5;
-  const DraftAllocation together = allocate_drafts(curves, two);
-  EXPECT_EQ(together.caps, (std::vector<int>{2, 2}));
-  EXPECT_NEAR(together.tokens_per_ms, 5.42 / 22, 1e-12);
-  EXPECT_NEAR(curves.batch_round_ms(2, 512, 2), 11 + 0.5 * 2 + 10, 1e-12);
-}
-
 // Confidence-scheduled verification: once the round's drafts exist, their own survival estimates
 // decide how many the step verifies. Width 1 and 2 cost 10 ms, each further row 1 ms: confident
 // drafts are all kept (4.90 / 13 beats every shorter prefix), a block whose survival collapses
