@@ -51,11 +51,7 @@ void DFlashDrafter::truncate_context(int64_t rows) {
 }
 
 Draft DFlashDrafter::propose(const DraftRequest& request) {
-  Drafter* members[] = {this};
-  const DraftRequest* requests[] = {&request};
-  Draft draft;
-  propose_group(members, requests, {&draft, 1});
-  return draft;
+  return propose_as_group_of_one(request);
 }
 
 void DFlashDrafter::propose_group(std::span<Drafter* const> members,

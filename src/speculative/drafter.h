@@ -76,6 +76,16 @@ class Drafter {
                              std::span<Draft> drafts) {
     for (size_t i = 0; i < members.size(); ++i) drafts[i] = members[i]->propose(*requests[i]);
   }
+
+ protected:
+  // propose for a drafter whose propose_group does the work: a group of one.
+  Draft propose_as_group_of_one(const DraftRequest& request) {
+    Drafter* members[] = {this};
+    const DraftRequest* requests[] = {&request};
+    Draft draft;
+    propose_group(members, requests, {&draft, 1});
+    return draft;
+  }
 };
 
 // One sequence's pending drafter call.

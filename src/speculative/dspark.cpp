@@ -154,11 +154,7 @@ void DSparkDrafter::truncate_context(int64_t rows) {
 }
 
 Draft DSparkDrafter::propose(const DraftRequest& request) {
-  Drafter* members[] = {this};
-  const DraftRequest* requests[] = {&request};
-  Draft draft;
-  propose_group(members, requests, {&draft, 1});
-  return draft;
+  return propose_as_group_of_one(request);
 }
 
 void DSparkDrafter::propose_group(std::span<Drafter* const> members,
