@@ -35,24 +35,7 @@ void DFlashHead::logits(const float* hidden, int64_t rows, float* out) const {
 }
 
 DFlashDrafter::DFlashDrafter(std::shared_ptr<const DFlashHead> head)
-    : head_(std::move(head)), context_(head_->backbone().new_context()) {}
-
-std::vector<int> DFlashDrafter::tap_layers() const {
-  return head_->config().backbone.target_layer_ids;
-}
-
-void DFlashDrafter::on_target_rows(const int32_t* tokens, int64_t n, const float* taps) {
-  (void)tokens;
-  if (n > 0) head_->backbone().append_context(taps, n, context_);
-}
-
-void DFlashDrafter::truncate_context(int64_t rows) {
-  head_->backbone().truncate_context(rows, context_);
-}
-
-Draft DFlashDrafter::propose(const DraftRequest& request) {
-  return propose_as_group_of_one(request);
-}
+    : BackboneDrafter(head->backbone(), head.get()), head_(std::move(head)) {}
 
 void DFlashDrafter::propose_group(std::span<Drafter* const> members,
                                   std::span<const DraftRequest* const> requests,

@@ -34,20 +34,13 @@ class DFlashHead {
   std::unique_ptr<DrafterBackbone> backbone_;
 };
 
-class DFlashDrafter final : public Drafter {
+class DFlashDrafter final : public BackboneDrafter {
  public:
   explicit DFlashDrafter(std::shared_ptr<const DFlashHead> head);
 
   std::string name() const override { return "dflash"; }
-  std::vector<int> tap_layers() const override;
-  void on_target_rows(const int32_t* tokens, int64_t n, const float* taps) override;
-  int64_t context_rows() const override { return context_.length; }
-  void truncate_context(int64_t rows) override;
-  Draft propose(const DraftRequest& request) override;
   // Every DFlash drafter of one head drafts together: the blocks through the backbone as one
   // batch and every drafting row through the target's lm_head in one product.
-  Drafter* grouped() override { return this; }
-  const void* group() const override { return head_.get(); }
   void propose_group(std::span<Drafter* const> members,
                      std::span<const DraftRequest* const> requests,
                      std::span<Draft> drafts) override;
@@ -56,7 +49,6 @@ class DFlashDrafter final : public Drafter {
 
  private:
   std::shared_ptr<const DFlashHead> head_;
-  DrafterContext context_;
   std::vector<float> last_logits_;
 };
 

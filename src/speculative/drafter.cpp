@@ -15,6 +15,8 @@ std::vector<DraftOutcome> propose_together(std::span<const DraftCall> calls) {
       continue;
     }
     try {
+      const DrafterRows& unfed = calls[i].unfed;
+      if (unfed.n > 0) calls[i].drafter->on_target_rows(unfed.tokens, unfed.n, unfed.taps);
       outcomes[i].draft = calls[i].drafter->propose(calls[i].request);
     } catch (...) {
       outcomes[i].error = std::current_exception();
@@ -23,12 +25,15 @@ std::vector<DraftOutcome> propose_together(std::span<const DraftCall> calls) {
   for (const auto& [key, indices] : groups) {
     std::vector<Drafter*> members;
     std::vector<const DraftRequest*> requests;
+    std::vector<DrafterRows> unfed;
     for (size_t i : indices) {
       members.push_back(calls[i].drafter->grouped());
       requests.push_back(&calls[i].request);
+      unfed.push_back(calls[i].unfed);
     }
     std::vector<Draft> drafts(indices.size());
     try {
+      members.front()->feed_group(members, unfed);
       members.front()->propose_group(members, requests, drafts);
       for (size_t k = 0; k < indices.size(); ++k) outcomes[indices[k]].draft = std::move(drafts[k]);
     } catch (...) {

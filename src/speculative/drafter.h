@@ -32,6 +32,13 @@ struct Draft {
   }
 };
 
+// Target rows a drafter has not been fed yet: n tokens and their taps [n, taps * hidden].
+struct DrafterRows {
+  const int32_t* tokens = nullptr;
+  int64_t n = 0;
+  const float* taps = nullptr;
+};
+
 struct DraftRequest {
   // Every committed token so far: prompt, then generated tokens; the last one is pending (already
   // emitted, not yet run through the target).
@@ -76,22 +83,20 @@ class Drafter {
                              std::span<Draft> drafts) {
     for (size_t i = 0; i < members.size(); ++i) drafts[i] = members[i]->propose(*requests[i]);
   }
-
- protected:
-  // propose for a drafter whose propose_group does the work: a group of one.
-  Draft propose_as_group_of_one(const DraftRequest& request) {
-    Drafter* members[] = {this};
-    const DraftRequest* requests[] = {&request};
-    Draft draft;
-    propose_group(members, requests, {&draft, 1});
-    return draft;
+  // on_target_rows(rows[i]) for every member (grouped() drafters of this one's group, this one
+  // among them), each context exactly what its own on_target_rows would leave.
+  virtual void feed_group(std::span<Drafter* const> members, std::span<const DrafterRows> rows) {
+    for (size_t i = 0; i < members.size(); ++i) {
+      if (rows[i].n > 0) members[i]->on_target_rows(rows[i].tokens, rows[i].n, rows[i].taps);
+    }
   }
 };
 
-// One sequence's pending drafter call.
+// One sequence's pending drafter call: the rows to feed the drafter first, then the request.
 struct DraftCall {
   Drafter* drafter = nullptr;
   DraftRequest request;
+  DrafterRows unfed;
 };
 
 struct DraftOutcome {
@@ -99,8 +104,9 @@ struct DraftOutcome {
   std::exception_ptr error;  // set when drafting failed; the draft is then empty
 };
 
-// Answers every call, drafters of one group together (Drafter::propose_group), the others alone.
-// A failing call fails alone, and a failing group fails its members only.
+// Answers every call, drafters of one group together (Drafter::feed_group, then
+// Drafter::propose_group), the others alone. A failing call fails alone, and a failing group
+// fails its members only.
 std::vector<DraftOutcome> propose_together(std::span<const DraftCall> calls);
 
 }  // namespace dspark

@@ -136,26 +136,9 @@ int64_t DSparkHead::weight_bytes() const {
 }
 
 DSparkDrafter::DSparkDrafter(std::shared_ptr<const DSparkHead> head, float confidence_threshold)
-    : head_(std::move(head)),
-      confidence_threshold_(confidence_threshold),
-      context_(head_->backbone().new_context()) {}
-
-std::vector<int> DSparkDrafter::tap_layers() const {
-  return head_->config().backbone.target_layer_ids;
-}
-
-void DSparkDrafter::on_target_rows(const int32_t* tokens, int64_t n, const float* taps) {
-  (void)tokens;
-  if (n > 0) head_->backbone().append_context(taps, n, context_);
-}
-
-void DSparkDrafter::truncate_context(int64_t rows) {
-  head_->backbone().truncate_context(rows, context_);
-}
-
-Draft DSparkDrafter::propose(const DraftRequest& request) {
-  return propose_as_group_of_one(request);
-}
+    : BackboneDrafter(head->backbone(), head.get()),
+      head_(std::move(head)),
+      confidence_threshold_(confidence_threshold) {}
 
 void DSparkDrafter::propose_group(std::span<Drafter* const> members,
                                   std::span<const DraftRequest* const> requests,

@@ -58,20 +58,13 @@ class DSparkHead {
   std::vector<int64_t> draft_to_target_;  // absolute target ids; empty for a full vocabulary
 };
 
-class DSparkDrafter final : public Drafter {
+class DSparkDrafter final : public BackboneDrafter {
  public:
   DSparkDrafter(std::shared_ptr<const DSparkHead> head, float confidence_threshold);
 
   std::string name() const override { return "dspark"; }
-  std::vector<int> tap_layers() const override;
-  void on_target_rows(const int32_t* tokens, int64_t n, const float* taps) override;
-  int64_t context_rows() const override { return context_.length; }
-  void truncate_context(int64_t rows) override;
-  Draft propose(const DraftRequest& request) override;
   // Every DSpark drafter of one head drafts together: the blocks run through the backbone as one
   // batch, and the lm_head, Markov bias and confidence each read their weights once per pass.
-  Drafter* grouped() override { return this; }
-  const void* group() const override { return head_.get(); }
   void propose_group(std::span<Drafter* const> members,
                      std::span<const DraftRequest* const> requests,
                      std::span<Draft> drafts) override;
@@ -84,7 +77,6 @@ class DSparkDrafter final : public Drafter {
  private:
   std::shared_ptr<const DSparkHead> head_;
   float confidence_threshold_;
-  DrafterContext context_;
   std::vector<float> last_logits_, last_confidences_;
 };
 

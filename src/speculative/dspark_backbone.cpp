@@ -128,23 +128,52 @@ void DrafterBackbone::project_keys(const Layer& layer, float* keys, int64_t rows
 }
 
 void DrafterBackbone::append_context(const float* taps, int64_t n, DrafterContext& context) const {
+  DrafterContext* contexts[] = {&context};
+  append_contexts({&taps, 1}, {&n, 1}, contexts);
+}
+
+void DrafterBackbone::append_contexts(std::span<const float* const> taps,
+                                      std::span<const int64_t> counts,
+                                      std::span<DrafterContext* const> contexts) const {
   const BackboneConfig& c = config_;
   const int64_t H = c.hidden, kv_width = c.kv_heads * c.head_dim;
-  std::vector<float> fused(static_cast<size_t>(n * H));
-  fc_->weights.apply(taps, n, fused.data());
-  kernels::rms_norm(fused.data(), n, H, hidden_norm_.data(), c.eps, fused.data());
+  const int64_t tap_width = static_cast<int64_t>(c.target_layer_ids.size()) * H;
+  int64_t rows = 0;
+  for (int64_t n : counts) rows += n;
+  if (rows == 0) return;
+  // Every context's taps as one block of rows.
+  std::vector<float> all_taps;
+  const float* block = taps[0];
+  if (taps.size() > 1) {
+    all_taps.resize(static_cast<size_t>(rows * tap_width));
+    for (size_t i = 0, at = 0; i < taps.size(); at += counts[i], ++i) {
+      std::copy_n(taps[i], counts[i] * tap_width, all_taps.data() + at * tap_width);
+    }
+    block = all_taps.data();
+  }
+  std::vector<float> fused(static_cast<size_t>(rows * H));
+  fc_->weights.apply(block, rows, fused.data());
+  kernels::rms_norm(fused.data(), rows, H, hidden_norm_.data(), c.eps, fused.data());
+  std::vector<float> keys(static_cast<size_t>(rows * kv_width)), values(keys.size());
   for (int64_t l = 0; l < c.layers; ++l) {
     const Layer& layer = layers_[l];
-    auto& keys = context.keys[l];
-    auto& values = context.values[l];
-    keys.resize(static_cast<size_t>((context.length + n) * kv_width));
-    values.resize(keys.size());
-    float* new_keys = keys.data() + context.length * kv_width;
-    layer.k_proj->weights.apply(fused.data(), n, new_keys);
-    layer.v_proj->weights.apply(fused.data(), n, values.data() + context.length * kv_width);
-    project_keys(layer, new_keys, n, context.length);
+    layer.k_proj->weights.apply(fused.data(), rows, keys.data());
+    layer.v_proj->weights.apply(fused.data(), rows, values.data());
+    for (size_t i = 0, at = 0; i < contexts.size(); at += counts[i], ++i) {
+      DrafterContext& context = *contexts[i];
+      auto& context_keys = context.keys[l];
+      auto& context_values = context.values[l];
+      const int64_t n = counts[i];
+      context_keys.resize(static_cast<size_t>((context.length + n) * kv_width));
+      context_values.resize(context_keys.size());
+      float* new_keys = context_keys.data() + context.length * kv_width;
+      std::copy_n(keys.data() + at * kv_width, n * kv_width, new_keys);
+      std::copy_n(values.data() + at * kv_width, n * kv_width,
+                  context_values.data() + context.length * kv_width);
+      project_keys(layer, new_keys, n, context.length);
+    }
   }
-  context.length += n;
+  for (size_t i = 0; i < contexts.size(); ++i) contexts[i]->length += counts[i];
 }
 
 void DrafterBackbone::truncate_context(int64_t rows, DrafterContext& context) const {
@@ -209,6 +238,40 @@ void DrafterBackbone::run_blocks(const float* embedded, std::span<const int64_t>
     qwen3_block(weights, shape, H, c.eps, x.data(), rows, blocks_over_contexts);
   }
   kernels::rms_norm(x.data(), rows, H, final_norm_.data(), c.eps, hidden);
+}
+
+BackboneDrafter::BackboneDrafter(const DrafterBackbone& backbone, const void* head)
+    : context_(backbone.new_context()), backbone_(backbone), head_(head) {}
+
+void BackboneDrafter::on_target_rows(const int32_t* tokens, int64_t n, const float* taps) {
+  (void)tokens;
+  if (n > 0) backbone_.append_context(taps, n, context_);
+}
+
+void BackboneDrafter::truncate_context(int64_t rows) {
+  backbone_.truncate_context(rows, context_);
+}
+
+Draft BackboneDrafter::propose(const DraftRequest& request) {
+  Drafter* members[] = {this};
+  const DraftRequest* requests[] = {&request};
+  Draft draft;
+  propose_group(members, requests, {&draft, 1});
+  return draft;
+}
+
+void BackboneDrafter::feed_group(std::span<Drafter* const> members,
+                                 std::span<const DrafterRows> rows) {
+  std::vector<const float*> taps;
+  std::vector<int64_t> counts;
+  std::vector<DrafterContext*> contexts;
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (rows[i].n <= 0) continue;
+    taps.push_back(rows[i].taps);
+    counts.push_back(rows[i].n);
+    contexts.push_back(&static_cast<BackboneDrafter*>(members[i])->context_);
+  }
+  if (!contexts.empty()) backbone_.append_contexts(taps, counts, contexts);
 }
 
 int64_t DrafterBackbone::weight_bytes() const {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "speculative/drafter.h"
 #include "speculative/drafter_loader.h"
 
 namespace dspark {
@@ -29,6 +30,10 @@ class DrafterBackbone {
   DrafterContext new_context() const;
   // Appends n rows of fused taps [n, n_taps * hidden] at positions context.length ...
   void append_context(const float* taps, int64_t n, DrafterContext& context) const;
+  // append_context for many contexts in one pass: taps[i] (counts[i] rows) to contexts[i], each
+  // context exactly what its own append_context leaves, each weight read once.
+  void append_contexts(std::span<const float* const> taps, std::span<const int64_t> counts,
+                       std::span<DrafterContext* const> contexts) const;
   // Keeps the first `rows` rows: each row depends only on its own taps and position, so the
   // result equals a context fed only those rows.
   void truncate_context(int64_t rows, DrafterContext& context) const;
@@ -56,6 +61,30 @@ class DrafterBackbone {
   std::unique_ptr<DrafterLinear> fc_;
   std::vector<float> hidden_norm_, final_norm_;
   std::vector<Layer> layers_;
+};
+
+// A drafter over a DrafterBackbone (DSpark, DFlash): it holds one sequence's context and feeds it
+// the target's taps, alone or, with the other drafters of its head (`head` is the group key), in
+// one pass (DrafterBackbone::append_contexts). The backbone must outlive it.
+class BackboneDrafter : public Drafter {
+ public:
+  BackboneDrafter(const DrafterBackbone& backbone, const void* head);
+  std::vector<int> tap_layers() const override { return backbone_.config().target_layer_ids; }
+  void on_target_rows(const int32_t* tokens, int64_t n, const float* taps) override;
+  int64_t context_rows() const override { return context_.length; }
+  void truncate_context(int64_t rows) override;
+  Drafter* grouped() override { return this; }
+  const void* group() const override { return head_; }
+  void feed_group(std::span<Drafter* const> members, std::span<const DrafterRows> rows) override;
+  // Drafts as a group of one: the drafter's propose_group does the work.
+  Draft propose(const DraftRequest& request) final;
+
+ protected:
+  DrafterContext context_;
+
+ private:
+  const DrafterBackbone& backbone_;
+  const void* head_;
 };
 
 // Block attention with an explicit pattern. q: [rows, heads, hd] at positions p .. p + rows - 1;

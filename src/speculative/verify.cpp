@@ -31,6 +31,13 @@ class DrafterFeed {
   void flush() {
     if (tokens_.empty()) return;
     drafter_.on_target_rows(tokens_.data(), static_cast<int64_t>(tokens_.size()), taps_.data());
+    clear();
+  }
+  // The rows held, for a caller that feeds them itself (propose_together); clear() once fed.
+  DrafterRows held() const {
+    return {tokens_.data(), static_cast<int64_t>(tokens_.size()), taps_.data()};
+  }
+  void clear() {
     tokens_.clear();
     taps_.clear();
   }
@@ -87,6 +94,7 @@ std::optional<SequenceRun> SequenceDecoder::next_run() {
   }
   plan_until_forward();
   if (phase_ == Phase::drafting) {
+    feed_->flush();
     take_draft(drafter_.propose(DraftRequest{committed_, cap_used_, config_.sampling, rng_}));
   }
   if (phase_ == Phase::done) return std::nullopt;
@@ -115,11 +123,13 @@ std::optional<DraftCall> SequenceDecoder::draft_call() {
   if (phase_ == Phase::prefill) return std::nullopt;
   plan_until_forward();
   if (phase_ != Phase::drafting) return std::nullopt;
-  return DraftCall{&drafter_, DraftRequest{committed_, cap_used_, config_.sampling, rng_}};
+  return DraftCall{&drafter_, DraftRequest{committed_, cap_used_, config_.sampling, rng_},
+                   feed_->held()};
 }
 
 void SequenceDecoder::take_draft(Draft draft) {
   if (phase_ != Phase::drafting) fail("take_draft: no drafter call is pending");
+  feed_->clear();  // the call's unfed rows went to the drafter with it
   draft_ = std::move(draft);
   if (!draft_.survival.empty()) {
     const int offered = static_cast<int>(draft_.tokens.size());
@@ -274,7 +284,6 @@ void SequenceDecoder::plan_round() {
     cap_used_ = static_cast<int>(std::min<int64_t>(caps_.cap_for_round(), budget));
     if (cap_used_ > 0) {
       source_ = &drafter_;
-      feed_->flush();
       phase_ = Phase::drafting;
       return;
     }

@@ -130,7 +130,9 @@ class SequenceDecoder {
   std::optional<SequenceRun> next_run();
   // next_run with the drafter's call lifted out, so that a caller can draft for many generations
   // at once (propose_together): plans up to the next forward and returns the drafter call it
-  // waits on, if any. take_draft answers it (or next_run makes the call itself).
+  // waits on, if any, with the target rows its drafter has not been fed yet (DraftCall::unfed).
+  // take_draft answers it, the unfed rows fed by whoever drafted (propose_together); without it,
+  // next_run feeds them and makes the call itself.
   std::optional<DraftCall> draft_call();
   void take_draft(Draft draft);
   void finish_run();

@@ -16,7 +16,9 @@
 // "plain" and "speculative": the tokens of run_generation in baseline mode and with the drafter
 // (fixed cap), and "rounds_run" / "accepted" of the speculative run. With "grouped": true,
 // OUT.json also holds "alone_greedy" / "grouped_greedy" and "alone_sampled" / "grouped_sampled":
-// one drafter per round, fed that round's context, proposing alone and then all together.
+// per round a drafter fed that round's context proposing alone, and one fed and proposing with
+// all the others (propose_together; the first, greedy, grouped call feeds each one's context from
+// a different length on).
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -115,37 +117,48 @@ int run(const std::string& script_path, const std::string& out_path) {
       return out;
     };
     const int max_drafts = kind == "dspark" ? dspark_head->max_drafts() : dflash_head->max_drafts();
-    std::vector<std::unique_ptr<Drafter>> members;
+    // The lone drafters are fed by on_target_rows; grouped drafter k is fed k rows alone and the
+    // rest by its first grouped call (DraftCall::unfed, Drafter::feed_group).
+    const int64_t row_floats = static_cast<int64_t>(taps.size()) * target->hidden_size();
+    std::vector<std::unique_ptr<Drafter>> alone_members, grouped_members;
     std::vector<std::vector<int32_t>> prefixes;
     for (const nlohmann::json& record : result["rounds"]) {
       const int64_t position = record["position"].get<int64_t>();
-      members.push_back(make_drafter());
-      members.back()->on_target_rows(committed.data(), position, fed.data());
+      alone_members.push_back(make_drafter());
+      alone_members.back()->on_target_rows(committed.data(), position, fed.data());
+      grouped_members.push_back(make_drafter());
+      // Contexts of different lengths when the grouped call feeds the rest.
+      const auto held = static_cast<int64_t>(grouped_members.size()) - 1;
+      grouped_members.back()->on_target_rows(committed.data(), held, fed.data());
       prefixes.emplace_back(committed.begin(), committed.begin() + position + 1);
     }
+    const size_t count = alone_members.size();
     auto cap_of = [&](size_t k) { return 1 + static_cast<int>(k * 3) % max_drafts; };
     for (const float temperature : {0.0f, 1.0f}) {
       SamplingParams params;
       params.temperature = temperature;
       nlohmann::json alone, grouped;
       std::vector<Rng> rngs;
-      for (size_t k = 0; k < members.size(); ++k) rngs.emplace_back(k);
-      for (size_t k = 0; k < members.size(); ++k) {
+      for (size_t k = 0; k < count; ++k) rngs.emplace_back(k);
+      for (size_t k = 0; k < count; ++k) {
         const Draft draft =
-            members[k]->propose(DraftRequest{prefixes[k], cap_of(k), params, rngs[k]});
-        alone.push_back(describe(*members[k], draft));
+            alone_members[k]->propose(DraftRequest{prefixes[k], cap_of(k), params, rngs[k]});
+        alone.push_back(describe(*alone_members[k], draft));
       }
       rngs.clear();
-      for (size_t k = 0; k < members.size(); ++k) rngs.emplace_back(k);
+      for (size_t k = 0; k < count; ++k) rngs.emplace_back(k);
       std::vector<DraftCall> calls;
-      for (size_t k = 0; k < members.size(); ++k) {
-        calls.push_back(
-            DraftCall{members[k].get(), DraftRequest{prefixes[k], cap_of(k), params, rngs[k]}});
+      for (size_t k = 0; k < count; ++k) {
+        const int64_t held = grouped_members[k]->context_rows();
+        const int64_t unfed = static_cast<int64_t>(prefixes[k].size()) - 1 - held;
+        calls.push_back(DraftCall{
+            grouped_members[k].get(), DraftRequest{prefixes[k], cap_of(k), params, rngs[k]},
+            DrafterRows{committed.data() + held, unfed, fed.data() + held * row_floats}});
       }
       const std::vector<DraftOutcome> outcomes = propose_together(calls);
-      for (size_t k = 0; k < members.size(); ++k) {
+      for (size_t k = 0; k < count; ++k) {
         if (outcomes[k].error) std::rethrow_exception(outcomes[k].error);
-        grouped.push_back(describe(*members[k], outcomes[k].draft));
+        grouped.push_back(describe(*grouped_members[k], outcomes[k].draft));
       }
       const std::string name = temperature > 0.0f ? "sampled" : "greedy";
       result["alone_" + name] = alone;
