@@ -35,8 +35,11 @@ float softplus(float x);
 void add_in_place(float* x, const float* y, int64_t n);
 // In place: x ← x · s.
 void scale_in_place(float* x, int64_t n, float s);
-// In place: gate ← silu(gate) · up (the middle of a SwiGLU MLP).
-void swiglu(float* gate, const float* up, int64_t n);
+// In place: gate ← silu(gate) · up (the middle of a SwiGLU MLP), over columns [begin, end) of
+// `rows` rows of `stride` values: one thread's share of the rows a product has just computed
+// (qmatmul_shared's rows_done).
+void swiglu_columns(float* gate, const float* up, int64_t rows, int64_t stride, int64_t begin,
+                    int64_t end);
 // In place: x ← x · sigmoid(gate) (a gated attention output).
 void sigmoid_gate(float* x, const float* gate, int64_t n);
 // Mamba-2 step sizes (docs/model-math.md §3.4): dt[t, h] = clamp(softplus(raw[t · raw_stride + h]

@@ -624,6 +624,13 @@ void run_planned(const QuantMatrix& w, Numerics numerics, int64_t rows, bool gat
   plan.measure(key, candidates, run, evict);
 }
 
+// The ISA run_planned would run for this product, where no measurement is needed first.
+std::optional<Isa> settled_isa(const QuantMatrix& w, Numerics numerics, int64_t rows) {
+  static const std::vector<Isa> candidates = product_candidates();
+  if (candidates.size() == 1 || rows <= 0 || rows > kPlannedRows) return candidates.front();
+  return kernel_plan().find(plan_key(w, numerics, rows, false));
+}
+
 // The most rows that share one expert id.
 int64_t rows_per_expert(const int32_t* expert_ids, int64_t m) {
   std::vector<int32_t> ids(expert_ids, expert_ids + m);
@@ -695,6 +702,82 @@ void qmatmul_numerics(Numerics numerics, Isa isa, const float* x, int64_t m, con
                             y_rows.data()};
   default_pool().parallel_for(
       w.rows, grain, [&](int64_t begin, int64_t end, int) { table.quant_rows(task, begin, end); });
+}
+
+void qmatmul_shared(const float* x, int64_t m, const SharedInputProduct* products, int64_t count,
+                    const RowsDone* rows_done) {
+  if (count <= 0 || m <= 0) return;
+  const QuantMatrix& first = *products[0].w;
+  const Numerics current = numerics();
+  std::vector<const cpu::KernelTable*> tables(count);
+  bool together = current == Numerics::int8;
+  for (int64_t k = 0; k < count; ++k) {
+    const QuantMatrix& w = *products[k].w;
+    check_matrix(w, "qmatmul_shared");
+    together = together && w.cols == first.cols && w.format.bits == first.format.bits &&
+               w.format.group_size == first.format.group_size &&
+               (rows_done == nullptr || w.rows == first.rows);
+    if (!together) break;
+    const std::optional<Isa> isa = settled_isa(w, current, m);
+    if (!isa) {
+      together = false;
+      break;
+    }
+    tables[k] = &cpu::kernel_table(*isa);
+  }
+  if (!together) {
+    for (int64_t k = 0; k < count; ++k) qmatmul(x, m, *products[k].w, products[k].y);
+    if (rows_done != nullptr) {
+      default_pool().parallel_for(
+          first.rows, row_grain(first.cols, m),
+          [&](int64_t begin, int64_t end, int) { (*rows_done)(begin, end); });
+    }
+    return;
+  }
+  // One preparation per activation order (the tables that share a quantizer read the same one).
+  thread_local std::vector<Int8Activations> prepared;
+  std::vector<int64_t> preparation(count);
+  std::vector<decltype(cpu::KernelTable::quantize_activations)> quantizers;
+  for (int64_t k = 0; k < count; ++k) {
+    const auto quantizer = tables[k]->quantize_activations;
+    const auto found = std::find(quantizers.begin(), quantizers.end(), quantizer);
+    preparation[k] = found - quantizers.begin();
+    if (found != quantizers.end()) continue;
+    quantizers.push_back(quantizer);
+    if (prepared.size() < quantizers.size()) prepared.resize(quantizers.size());
+    prepare_int8_activations(*tables[k], x, m, first, prepared[preparation[k]]);
+  }
+  std::vector<float*> y_rows(count * m);
+  std::vector<cpu::Int8Task> tasks(count);
+  std::vector<int64_t> row_offsets(count + 1, 0);
+  for (int64_t k = 0; k < count; ++k) {
+    const QuantMatrix& w = *products[k].w;
+    for (int64_t i = 0; i < m; ++i) y_rows[k * m + i] = products[k].y + i * w.rows;
+    const Int8Activations& activations = prepared[preparation[k]];
+    tasks[k] = {&w,
+                0,
+                m,
+                activations.x8_rows.data(),
+                activations.scale_rows.data(),
+                activations.sum_rows.data(),
+                y_rows.data() + k * m};
+    row_offsets[k + 1] = row_offsets[k] + w.rows;
+  }
+  const int64_t grain = row_grain(first.cols, m);
+  if (rows_done != nullptr) {
+    default_pool().parallel_for(first.rows, grain, [&](int64_t begin, int64_t end, int) {
+      for (int64_t k = 0; k < count; ++k) tables[k]->int8_rows(tasks[k], begin, end);
+      (*rows_done)(begin, end);
+    });
+    return;
+  }
+  // The matrices' rows one after another, cut at the same grain as one matrix's.
+  default_pool().parallel_for(row_offsets[count], grain, [&](int64_t begin, int64_t end, int) {
+    for (int64_t k = 0; k < count; ++k) {
+      const int64_t from = std::max(begin, row_offsets[k]), to = std::min(end, row_offsets[k + 1]);
+      if (from < to) tables[k]->int8_rows(tasks[k], from - row_offsets[k], to - row_offsets[k]);
+    }
+  });
 }
 
 void gather_qmatmul(const float* x, int64_t m, const int32_t* expert_ids, const QuantMatrix& w,

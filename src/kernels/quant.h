@@ -30,6 +30,7 @@
 // avx512, avx512vnni) give bit-identical results. x is [m, cols] and y is [m, rows], both
 // contiguous fp32, not overlapping.
 #include <cstdint>
+#include <functional>
 #include <string_view>
 
 #include "tensor/dtype.h"
@@ -120,6 +121,24 @@ void qmatmul_isa(Isa isa, const float* x, int64_t m, const QuantMatrix& w, float
 // The same in the given numerics, whatever numerics() says.
 void qmatmul_numerics(Numerics numerics, Isa isa, const float* x, int64_t m, const QuantMatrix& w,
                       float* y, int64_t expert = 0);
+
+// Quantized products that share their activation rows (an attention's q, k and v; an MLP's gate
+// and up): y_k[m, W_k.rows] = x[m, cols] · W_kᵀ, each bit-identical to qmatmul(x, m, W_k, y_k).
+// In the int8 numerics the rows are quantized once for every matrix of one format, and one
+// parallel loop covers all the matrices' rows, so the threads meet once instead of once per
+// matrix (a decode step of a small model runs hundreds of loops, and each ends with one thread
+// waiting for the other). Matrices of other numerics or formats, or whose kernel is still to be
+// measured, run one qmatmul each.
+struct SharedInputProduct {
+  const QuantMatrix* w = nullptr;
+  float* y = nullptr;  // [m, w->rows]
+};
+// Called as rows_done(begin, end) once output rows [begin, end) of every product are computed for
+// every activation row: the element-wise step that joins the products (SwiGLU) then runs on the
+// thread that computed them, inside the same loop. It needs matrices of equal rows.
+using RowsDone = std::function<void(int64_t begin, int64_t end)>;
+void qmatmul_shared(const float* x, int64_t m, const SharedInputProduct* products, int64_t count,
+                    const RowsDone* rows_done = nullptr);
 
 // Gathered per-expert product: row r of x (cols wide) is multiplied by expert expert_ids[r]:
 // y[r, rows] = x[r] · W[expert_ids[r]]ᵀ. Rows sharing an expert read its weights once. Its kernels

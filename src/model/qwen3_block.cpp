@@ -14,24 +14,22 @@ void attention_mixer(const AttentionWeights& weights, const AttentionShape& shap
   const int64_t q_width = shape.heads * hd, kv_width = shape.kv_heads * hd;
   thread_local std::vector<float> projected_b, q_b, gate_b, k_b, v_b, o_b;
   float* q = grow(q_b, rows * q_width);
+  float* k = grow(k_b, rows * kv_width);
+  float* v = grow(v_b, rows * kv_width);
+  float* o = grow(o_b, rows * q_width);
+  // Gated: per head [q | gate], split below; the gate is not normed.
+  float* projected = shape.gated_q ? grow(projected_b, rows * 2 * q_width) : q;
+  const LinearWeights* const projections[] = {weights.q_proj, weights.k_proj, weights.v_proj};
+  float* const outputs[] = {projected, k, v};
+  apply_shared(xn, rows, projections, outputs);
   float* gate = nullptr;
   if (shape.gated_q) {
-    // Per head [q | gate]; the gate is not normed.
-    float* projected = grow(projected_b, rows * 2 * q_width);
     gate = grow(gate_b, rows * q_width);
-    weights.q_proj->apply(xn, rows, projected);
     for (int64_t r = 0; r < rows * shape.heads; ++r) {
       std::copy_n(projected + r * 2 * hd, hd, q + r * hd);
       std::copy_n(projected + r * 2 * hd + hd, hd, gate + r * hd);
     }
-  } else {
-    weights.q_proj->apply(xn, rows, q);
   }
-  float* k = grow(k_b, rows * kv_width);
-  float* v = grow(v_b, rows * kv_width);
-  float* o = grow(o_b, rows * q_width);
-  weights.k_proj->apply(xn, rows, k);
-  weights.v_proj->apply(xn, rows, v);
   if (weights.q_norm != nullptr) {
     kernels::rms_norm(q, rows * shape.heads, hd, weights.q_norm, shape.eps, q);
   }
@@ -52,9 +50,12 @@ void swiglu_mlp(const SwigluWeights& weights, const float* x, int64_t rows, floa
   thread_local std::vector<float> gate_b, up_b;
   float* gate = grow(gate_b, rows * intermediate);
   float* up = grow(up_b, rows * intermediate);
-  weights.gate_proj->apply(x, rows, gate);
-  weights.up_proj->apply(x, rows, up);
-  kernels::swiglu(gate, up, rows * intermediate);
+  const LinearWeights* const projections[] = {weights.gate_proj, weights.up_proj};
+  float* const outputs[] = {gate, up};
+  const kernels::RowsDone join = [&](int64_t begin, int64_t end) {
+    kernels::swiglu_columns(gate, up, rows, intermediate, begin, end);
+  };
+  apply_shared(x, rows, projections, outputs, &join);
   weights.down_proj->apply(gate, rows, out);
 }
 

@@ -1,5 +1,7 @@
 #include "model/weights.h"
 
+#include <algorithm>
+
 #include "base/error.h"
 
 namespace dspark {
@@ -46,6 +48,23 @@ void LinearWeights::apply_gathered(const float* x, int64_t m, const int32_t* exp
   } else {
     kernels::gather_matmul(x, m, expert_ids, dense, y);
   }
+}
+
+void apply_shared(const float* x, int64_t m, std::span<const LinearWeights* const> weights,
+                  std::span<float* const> outputs, const kernels::RowsDone* rows_done) {
+  const bool together = std::all_of(weights.begin(), weights.end(), [](const LinearWeights* w) {
+    return w->quantized && w->bias.empty();
+  });
+  if (together) {
+    std::vector<kernels::SharedInputProduct> products;
+    for (size_t k = 0; k < weights.size(); ++k)
+      products.push_back({&weights[k]->quant, outputs[k]});
+    kernels::qmatmul_shared(x, m, products.data(), static_cast<int64_t>(products.size()),
+                            rows_done);
+    return;
+  }
+  for (size_t k = 0; k < weights.size(); ++k) weights[k]->apply(x, m, outputs[k]);
+  if (rows_done != nullptr && !weights.empty()) (*rows_done)(0, weights[0]->rows());
 }
 
 void LinearWeights::row(int64_t index, float* out) const {

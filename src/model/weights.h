@@ -5,6 +5,7 @@
 // of the quantization record. Errors name the tensor and the checkpoint.
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,13 @@ struct LinearWeights {
   // One row of the matrix (an embedding lookup), dequantized to fp32.
   void row(int64_t index, float* out) const;
 };
+
+// outputs[k] = x · weights[k]ᵀ (+ bias) for matrices that read the same activation rows, each
+// equal to weights[k]->apply(x, m, outputs[k]). Quantized matrices without biases run as one
+// kernels::qmatmul_shared (one quantization of x, one parallel loop); rows_done as there, which
+// needs matrices of equal rows.
+void apply_shared(const float* x, int64_t m, std::span<const LinearWeights* const> weights,
+                  std::span<float* const> outputs, const kernels::RowsDone* rows_done = nullptr);
 
 // Binds the module at `path`; `experts` = 0 for a plain [out, in] matrix, else the leading
 // stacked dimension. `with_bias` reads "<path>.bias" when it exists.

@@ -157,8 +157,9 @@ void DrafterBackbone::append_contexts(std::span<const float* const> taps,
   std::vector<float> keys(static_cast<size_t>(rows * kv_width)), values(keys.size());
   for (int64_t l = 0; l < c.layers; ++l) {
     const Layer& layer = layers_[l];
-    layer.k_proj->weights.apply(fused.data(), rows, keys.data());
-    layer.v_proj->weights.apply(fused.data(), rows, values.data());
+    const LinearWeights* const projections[] = {&layer.k_proj->weights, &layer.v_proj->weights};
+    float* const outputs[] = {keys.data(), values.data()};
+    apply_shared(fused.data(), rows, projections, outputs);
     for (size_t i = 0, at = 0; i < contexts.size(); at += counts[i], ++i) {
       DrafterContext& context = *contexts[i];
       auto& context_keys = context.keys[l];

@@ -323,6 +323,69 @@ TEST(QuantInt8, ResultDoesNotDependOnThreadCount) {
   set_default_threads(2);
 }
 
+// qmatmul_shared gives every product qmatmul's bits, in both numerics, at 1-3 threads, on its
+// first call (where a kernel may still be measured) and later ones: one format (q, k and v of
+// different rows), mixed formats (run apart), and equal rows with rows_done, whose ranges cover
+// every output row exactly once, after both products have written it.
+TEST(QuantShared, EveryProductEqualsItsOwnQmatmul) {
+  const int64_t cols = 192;
+  const auto q = make_quant_matrix(4, 32, DType::BF16, 1, 72, cols, 61);
+  const auto k = make_quant_matrix(4, 32, DType::BF16, 1, 24, cols, 62);
+  const auto v = make_quant_matrix(4, 32, DType::BF16, 1, 24, cols, 63);
+  const auto k8 = make_quant_matrix(8, 64, DType::F16, 1, 24, cols, 64);
+  const auto gate = make_quant_matrix(4, 32, DType::BF16, 1, 100, cols, 65);
+  const auto up = make_quant_matrix(4, 32, DType::BF16, 1, 100, cols, 66);
+  const Numerics saved = numerics();
+  for (Numerics chosen : {Numerics::int8, Numerics::fp32}) {
+    set_numerics(chosen);
+    for (int threads = 1; threads <= 3; ++threads) {
+      set_default_threads(threads);
+      for (int64_t m : {1, 2, 5, 17}) {
+        const auto x = batch_activations(m, cols, 70 + static_cast<uint32_t>(m));
+        const auto want = [&](const QuantMatrix& w) {
+          std::vector<float> y(m * w.rows);
+          qmatmul(x.data(), m, w, y.data());
+          return y;
+        };
+        const std::string where = std::string(numerics_name(chosen)) + " threads " +
+                                  std::to_string(threads) + " m=" + std::to_string(m);
+        for (const auto* second : {&k, &k8}) {
+          for (int call = 0; call < 2; ++call) {
+            std::vector<float> yq(m * q.w.rows, -1.0f), yk(m * second->w.rows, -1.0f),
+                yv(m * v.w.rows, -1.0f);
+            const SharedInputProduct products[] = {
+                {&q.w, yq.data()}, {&second->w, yk.data()}, {&v.w, yv.data()}};
+            qmatmul_shared(x.data(), m, products, 3);
+            EXPECT_EQ(compare(yq.data(), want(q.w).data(), m, q.w.rows), "") << where;
+            EXPECT_EQ(compare(yk.data(), want(second->w).data(), m, k.w.rows), "") << where;
+            EXPECT_EQ(compare(yv.data(), want(v.w).data(), m, v.w.rows), "") << where;
+          }
+        }
+        const int64_t rows = gate.w.rows;
+        std::vector<float> joined = want(gate.w);
+        const std::vector<float> up_alone = want(up.w);
+        for (int64_t i = 0; i < m * rows; ++i) joined[i] = joined[i] - up_alone[i];
+        std::vector<float> y_gate(m * rows, -1.0f), y_up(m * rows, -1.0f);
+        std::vector<int> visits(rows, 0);
+        const RowsDone done = [&](int64_t begin, int64_t end) {
+          for (int64_t r = begin; r < end; ++r) {
+            ++visits[r];
+            for (int64_t i = 0; i < m; ++i) y_gate[i * rows + r] -= y_up[i * rows + r];
+          }
+        };
+        const SharedInputProduct pair[] = {{&gate.w, y_gate.data()}, {&up.w, y_up.data()}};
+        qmatmul_shared(x.data(), m, pair, 2, &done);
+        EXPECT_EQ(compare(y_gate.data(), joined.data(), m, rows), "") << where;
+        EXPECT_EQ(compare(y_up.data(), up_alone.data(), m, rows), "") << where;
+        EXPECT_TRUE(std::all_of(visits.begin(), visits.end(), [](int n) { return n == 1; }))
+            << where;
+      }
+    }
+  }
+  set_default_threads(2);
+  set_numerics(saved);
+}
+
 TEST(QuantNumerics, NamesParseAndErrors) {
   EXPECT_STREQ(numerics_name(Numerics::int8), "int8");
   EXPECT_STREQ(numerics_name(Numerics::fp32), "fp32");

@@ -238,7 +238,7 @@ TEST(Elementwise, ResidualAddScaleSwigluAndSigmoidGateFollowTheirFormulas) {
   std::vector<float> sum = a, scaled = a, gate = a, gated = a;
   add_in_place(sum.data(), b.data(), 101);
   scale_in_place(scaled.data(), 101, 0.75f);
-  swiglu(gate.data(), b.data(), 101);
+  swiglu_columns(gate.data(), b.data(), 1, 101, 0, 101);
   sigmoid_gate(gated.data(), b.data(), 101);
   for (size_t i = 0; i < a.size(); ++i) {
     EXPECT_EQ(sum[i], a[i] + b[i]);
@@ -252,6 +252,13 @@ TEST(Elementwise, ResidualAddScaleSwigluAndSigmoidGateFollowTheirFormulas) {
   std::vector<float> composed = a;
   silu(composed.data(), 101);
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(gate[i], composed[i] * b[i]);
+  // Columns [20, 40) of 2 rows of 50 values (a thread's share): the rest is left as it was.
+  std::vector<float> share = a;
+  swiglu_columns(share.data(), b.data(), 2, 50, 20, 40);
+  for (size_t i = 0; i < 100; ++i) {
+    const bool inside = i % 50 >= 20 && i % 50 < 40;
+    EXPECT_EQ(share[i], inside ? gate[i] : a[i]) << i;
+  }
 }
 
 TEST(Elementwise, MambaStepSizesAreClampedSoftplusOfRawPlusBias) {

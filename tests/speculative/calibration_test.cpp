@@ -97,8 +97,12 @@ TEST_F(Calibrate, AStaleCacheIsMeasuredAgain) {
   EXPECT_LT(again.stale->now_ms, again.stale->cached_ms / 10.0);
   EXPECT_LT(again.curves.verify(1), again.stale->cached_ms / 10.0);
 
-  const Calibration third = calibrate(*model_, DrafterFactory{}, options_);
-  EXPECT_EQ(third.curves.verify_ms, again.curves.verify_ms);  // the re-measured curves were cached
+  // The re-measured curves replaced the stale ones in the file. (Read from the file: a third
+  // calibrate() may find the machine faster again than in the minute `again` measured, on a busy
+  // machine, and re-measure.)
+  std::ifstream in(cache_);
+  const nlohmann::json replaced = nlohmann::json::parse(in);
+  EXPECT_EQ(cost_curves_from_json(replaced[first.key], cache_).verify_ms, again.curves.verify_ms);
 }
 
 TEST_F(Calibrate, CapPolicyUsesTheMeasuredCurvesOrFallsBackToTwo) {

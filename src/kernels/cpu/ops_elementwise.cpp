@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "base/error.h"
-#include "base/thread_pool.h"
 #include "kernels/cpu/ops_common.h"
 #include "kernels/ops.h"
 
@@ -57,13 +56,13 @@ void scale_in_place(float* x, int64_t n, float s) {
   for (int64_t i = 0; i < n; ++i) x[i] *= s;
 }
 
-void swiglu(float* gate, const float* up, int64_t n) {
-  // A libm exp per value: at a few rows of an MLP's width it costs as much as a small product, so
-  // it is shared out like one.
-  constexpr int64_t kGrain = 1024;
-  default_pool().parallel_for(n, kGrain, [&](int64_t begin, int64_t end, int) {
-    for (int64_t i = begin; i < end; ++i) gate[i] = silu_of(gate[i]) * up[i];
-  });
+void swiglu_columns(float* gate, const float* up, int64_t rows, int64_t stride, int64_t begin,
+                    int64_t end) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = r * stride + begin; i < r * stride + end; ++i) {
+      gate[i] = silu_of(gate[i]) * up[i];
+    }
+  }
 }
 
 void sigmoid_gate(float* x, const float* gate, int64_t n) {
