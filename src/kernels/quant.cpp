@@ -724,6 +724,8 @@ void qmatmul_shared(const float* x, int64_t m, const SharedInputProduct* product
       break;
     }
     tables[k] = &cpu::kernel_table(*isa);
+    // Every product reads the one quantization of the rows, made in its first kernel's order.
+    together = tables[k]->quantize_activations == tables[0]->quantize_activations;
   }
   if (!together) {
     for (int64_t k = 0; k < count; ++k) qmatmul(x, m, *products[k].w, products[k].y);
@@ -734,32 +736,20 @@ void qmatmul_shared(const float* x, int64_t m, const SharedInputProduct* product
     }
     return;
   }
-  // One preparation per activation order (the tables that share a quantizer read the same one).
-  thread_local std::vector<Int8Activations> prepared;
-  std::vector<int64_t> preparation(count);
-  std::vector<decltype(cpu::KernelTable::quantize_activations)> quantizers;
-  for (int64_t k = 0; k < count; ++k) {
-    const auto quantizer = tables[k]->quantize_activations;
-    const auto found = std::find(quantizers.begin(), quantizers.end(), quantizer);
-    preparation[k] = found - quantizers.begin();
-    if (found != quantizers.end()) continue;
-    quantizers.push_back(quantizer);
-    if (prepared.size() < quantizers.size()) prepared.resize(quantizers.size());
-    prepare_int8_activations(*tables[k], x, m, first, prepared[preparation[k]]);
-  }
+  thread_local Int8Activations prepared;
+  prepare_int8_activations(*tables[0], x, m, first, prepared);
   std::vector<float*> y_rows(count * m);
   std::vector<cpu::Int8Task> tasks(count);
   std::vector<int64_t> row_offsets(count + 1, 0);
   for (int64_t k = 0; k < count; ++k) {
     const QuantMatrix& w = *products[k].w;
     for (int64_t i = 0; i < m; ++i) y_rows[k * m + i] = products[k].y + i * w.rows;
-    const Int8Activations& activations = prepared[preparation[k]];
     tasks[k] = {&w,
                 0,
                 m,
-                activations.x8_rows.data(),
-                activations.scale_rows.data(),
-                activations.sum_rows.data(),
+                prepared.x8_rows.data(),
+                prepared.scale_rows.data(),
+                prepared.sum_rows.data(),
                 y_rows.data() + k * m};
     row_offsets[k + 1] = row_offsets[k] + w.rows;
   }
