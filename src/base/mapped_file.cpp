@@ -38,4 +38,13 @@ MappedFile::~MappedFile() {
   if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
 }
 
+void release_resident_pages(const void* data, size_t bytes) {
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(data);
+  const uintptr_t first = (begin + page - 1) / page * page;
+  const uintptr_t last = (begin + bytes) / page * page;
+  // Advice only: a failure leaves the pages resident, which costs memory and nothing else.
+  if (first < last) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
 }  // namespace dspark

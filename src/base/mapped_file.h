@@ -23,4 +23,9 @@ class MappedFile {
   size_t size_ = 0;
 };
 
+// Drops the resident pages that lie wholly inside [data, data + bytes), which must be part of a
+// MappedFile: they stop counting toward the process's memory and are read from the file again
+// when next touched. For data the process has copied elsewhere.
+void release_resident_pages(const void* data, size_t bytes);
+
 }  // namespace dspark

@@ -406,6 +406,41 @@ int64_t QuantMatrix::bytes_per_expert() const {
   return rows * (words_per_row() * 4 + 2 * groups_per_row() * scale_bytes);
 }
 
+int64_t tile_values_bytes(const QuantMatrix& w) {
+  const int64_t tiles = (w.rows + cpu::kTileValueRows - 1) / cpu::kTileValueRows;
+  return w.experts * tiles * w.groups_per_row() * 2 * cpu::kTileValueRows *
+         static_cast<int64_t>(dtype_size(w.scale_dtype));
+}
+
+void pack_tile_values(const QuantMatrix& w, uint8_t* out) {
+  const auto size = static_cast<int64_t>(dtype_size(w.scale_dtype));
+  const int64_t groups = w.groups_per_row();
+  const int64_t tiles = (w.rows + cpu::kTileValueRows - 1) / cpu::kTileValueRows;
+  std::memset(out, 0, static_cast<size_t>(tile_values_bytes(w)));
+  for (int64_t expert = 0; expert < w.experts; ++expert) {
+    for (int64_t tile = 0; tile < tiles; ++tile) {
+      for (int64_t g = 0; g < groups; ++g) {
+        uint8_t* values =
+            out + ((expert * tiles + tile) * groups + g) * 2 * cpu::kTileValueRows * size;
+        for (int r = 0; r < cpu::kTileValueRows; ++r) {
+          const int64_t row = tile * cpu::kTileValueRows + r;
+          if (row >= w.rows) break;
+          const int64_t source = ((expert * w.rows + row) * groups + g) * size;
+          const cpu::TileValueSlots slots = cpu::tile_value_slots(w.scale_dtype, r);
+          std::memcpy(values + slots.scale * size, w.scales + source, static_cast<size_t>(size));
+          std::memcpy(values + slots.bias * size, w.biases + source, static_cast<size_t>(size));
+        }
+      }
+    }
+  }
+}
+
+bool products_read_tile_values() {
+  if (numerics() != Numerics::int8) return false;
+  const Isa isa = best_isa();
+  return isa == Isa::avx2 || isa == Isa::avxvnni || isa == Isa::avx512;
+}
+
 const char* isa_name(Isa isa) {
   switch (isa) {
     case Isa::scalar:

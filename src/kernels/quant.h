@@ -54,6 +54,9 @@ struct QuantMatrix {
   int64_t rows = 0;
   int64_t cols = 0;
   QuantFormat format;
+  // Optional: the scales and biases again, as pack_tile_values lays them out for the 256-bit int8
+  // kernels, which then read them instead of transposing each tile's values. Null: they transpose.
+  const uint8_t* tile_values = nullptr;
 
   int64_t words_per_row() const { return cols * format.bits / 32; }
   int64_t groups_per_row() const { return cols / format.group_size; }
@@ -90,6 +93,19 @@ const char* isa_name(Isa isa);
 // another (an ISA the CPU lacks is refused with an error). The *_isa functions also refuse such an
 // ISA.
 Isa best_isa();
+
+// Tile values: a matrix's scales and biases regrouped the way the 256-bit int8 kernels (avx2,
+// avxvnni; the avx512 table runs avx2's) read them, per expert, per tile of 8 rows (the last one
+// padded with zeros), per group: the tile's 8 scales and 8 biases, 16 values of scale_dtype (order:
+// kernels/cpu/quant_impl.h). The same bytes as the scales and biases, plus the padding. A loader
+// that packs them should release the originals' pages (release_resident_pages), so the values
+// are not resident twice; products that read the originals (the other ISAs, the fp32 numerics,
+// dequantize_rows) still may, from the file.
+int64_t tile_values_bytes(const QuantMatrix& w);
+void pack_tile_values(const QuantMatrix& w, uint8_t* out);
+// Whether the int8 products of this process read tile values: numerics() is int8 and
+// best_isa() runs the 256-bit int8 kernels.
+bool products_read_tile_values();
 
 // Quantize `rows` x `cols` fp32 weights the way mlx.core.quantize does, bit for bit. Scales and
 // biases are written in scale_dtype (the dtype of the source weights in MLX).

@@ -1,8 +1,10 @@
 #include "model/weights.h"
 
 #include <algorithm>
+#include <memory>
 
 #include "base/error.h"
+#include "base/mapped_file.h"
 
 namespace dspark {
 namespace {
@@ -156,6 +158,15 @@ LinearWeights load_linear(const Checkpoint& checkpoint, const std::string& path,
     linear.quant.rows = out;
     linear.quant.cols = in;
     linear.quant.format = format;
+    if (kernels::products_read_tile_values()) {
+      auto values =
+          std::make_shared<std::vector<uint8_t>>(kernels::tile_values_bytes(linear.quant));
+      kernels::pack_tile_values(linear.quant, values->data());
+      linear.quant.tile_values = values->data();
+      linear.tile_values = std::move(values);
+      release_resident_pages(scales.data, scales.nbytes);
+      release_resident_pages(biases.data, biases.nbytes);
+    }
   } else {
     if (checkpoint.has(biases_name)) {
       fail("{}: module '{}' has '{}' but no scales: a quantized module needs both",

@@ -4,6 +4,7 @@
 // be present with shapes that agree with the expected [experts,] out x in and the bits / group size
 // of the quantization record. Errors name the tensor and the checkpoint.
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -19,6 +20,8 @@ struct LinearWeights {
   kernels::QuantMatrix quant;
   kernels::DenseMatrix dense;
   std::vector<float> bias;  // empty when the module has no bias
+  // What quant.tile_values points into, when the loader packed them.
+  std::shared_ptr<const std::vector<uint8_t>> tile_values;
 
   int64_t rows() const { return quantized ? quant.rows : dense.rows; }
   int64_t cols() const { return quantized ? quant.cols : dense.cols; }
@@ -38,7 +41,9 @@ void apply_shared(const float* x, int64_t m, std::span<const LinearWeights* cons
                   std::span<float* const> outputs, const kernels::RowsDone* rows_done = nullptr);
 
 // Binds the module at `path`; `experts` = 0 for a plain [out, in] matrix, else the leading
-// stacked dimension. `with_bias` reads "<path>.bias" when it exists.
+// stacked dimension. `with_bias` reads "<path>.bias" when it exists. Where this process's int8
+// products read tile values (kernels::products_read_tile_values), a quantized module's scales and
+// biases are packed into them and the originals' pages released: the values stay resident once.
 LinearWeights load_linear(const Checkpoint& checkpoint, const std::string& path, int64_t out,
                           int64_t in, int64_t experts = 0, bool with_bias = true);
 

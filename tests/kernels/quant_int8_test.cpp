@@ -174,6 +174,34 @@ TEST_P(QuantInt8Test, GatheredProductEqualsPerExpertProducts) {
   }
 }
 
+// A matrix with tile values (quant.h) gives every ISA's int8 products the bits it gives without
+// them: 37 rows (a partial last tile), 3 experts, dense and gathered, every batch size kind.
+TEST_P(QuantInt8Test, TileValuesChangeNoBit) {
+  const int64_t rows = 37, cols = 5 * group(), experts = 3;
+  const auto matrix = make_quant_matrix(bits(), group(), scale_dtype(), experts, rows, cols, 23);
+  std::vector<uint8_t> values(static_cast<size_t>(tile_values_bytes(matrix.w)));
+  pack_tile_values(matrix.w, values.data());
+  QuantMatrix tiled = matrix.w;
+  tiled.tile_values = values.data();
+  for (int64_t m : {1, 2, 5, 17}) {
+    const auto x = batch_activations(m, cols, static_cast<uint32_t>(200 + m));
+    std::vector<float> reference(m * rows);
+    int8_product(Isa::scalar, x.data(), m, matrix.w, reference.data(), 2);
+    std::vector<int32_t> ids(m);
+    for (int64_t i = 0; i < m; ++i) ids[i] = static_cast<int32_t>((i * 2 + 1) % experts);
+    for (Isa isa : supported_isas()) {
+      std::vector<float> y(m * rows, -1.0f);
+      int8_product(isa, x.data(), m, tiled, y.data(), 2);
+      EXPECT_EQ(compare(y.data(), reference.data(), m, rows), "") << isa_name(isa) << " m=" << m;
+      std::vector<float> gathered(m * rows, -1.0f), plain(m * rows, -1.0f);
+      gather_qmatmul_numerics(Numerics::int8, isa, x.data(), m, ids.data(), tiled, gathered.data());
+      gather_qmatmul_numerics(Numerics::int8, isa, x.data(), m, ids.data(), matrix.w, plain.data());
+      EXPECT_EQ(compare(gathered.data(), plain.data(), m, rows), "")
+          << isa_name(isa) << " gathered m=" << m;
+    }
+  }
+}
+
 // Against the fp32 numerics: x8·d_b differs from x by at most d_b / 2 per element, and the bias
 // term uses the fp32 group sums, so |y_int8 - y_fp32| <= Σ_k |s_g·q_k|·d_b / 2 plus the fp32
 // roundings of both paths ((cols + 8)·u of each magnitude). Typical errors are far smaller: the
@@ -384,6 +412,75 @@ TEST(QuantShared, EveryProductEqualsItsOwnQmatmul) {
   }
   set_default_threads(2);
   set_numerics(saved);
+}
+
+// Products sharing their activation rows, with tile values: the second product's rows start
+// mid-tile in the joint loop (after 37 rows), where the kernels fall back to transposing.
+TEST(QuantShared, TileValuesChangeNoBit) {
+  const int64_t cols = 160;
+  const auto first = make_quant_matrix(4, 32, DType::BF16, 1, 37, cols, 81);
+  const auto second = make_quant_matrix(4, 32, DType::BF16, 1, 45, cols, 82);
+  std::vector<uint8_t> first_values(static_cast<size_t>(tile_values_bytes(first.w)));
+  std::vector<uint8_t> second_values(static_cast<size_t>(tile_values_bytes(second.w)));
+  pack_tile_values(first.w, first_values.data());
+  pack_tile_values(second.w, second_values.data());
+  QuantMatrix first_tiled = first.w, second_tiled = second.w;
+  first_tiled.tile_values = first_values.data();
+  second_tiled.tile_values = second_values.data();
+  const Numerics saved = numerics();
+  set_numerics(Numerics::int8);
+  for (int threads = 1; threads <= 3; ++threads) {
+    set_default_threads(threads);
+    for (int64_t m : {1, 3}) {
+      const auto x = batch_activations(m, cols, 90 + static_cast<uint32_t>(m));
+      std::vector<float> want_first(m * 37), want_second(m * 45);
+      qmatmul(x.data(), m, first.w, want_first.data());
+      qmatmul(x.data(), m, second.w, want_second.data());
+      std::vector<float> y_first(m * 37, -1.0f), y_second(m * 45, -1.0f);
+      const SharedInputProduct products[] = {{&first_tiled, y_first.data()},
+                                             {&second_tiled, y_second.data()}};
+      qmatmul_shared(x.data(), m, products, 2);
+      const std::string where = "threads " + std::to_string(threads) + " m=" + std::to_string(m);
+      EXPECT_EQ(compare(y_first.data(), want_first.data(), m, 37), "") << where;
+      EXPECT_EQ(compare(y_second.data(), want_second.data(), m, 45), "") << where;
+    }
+  }
+  set_default_threads(2);
+  set_numerics(saved);
+}
+
+// The packed layout itself, for each scale dtype: every row's scale and bias of every
+// group where quant_impl.h puts it, and zeros past the last row.
+TEST(TileValues, EveryValueAtItsSlot) {
+  for (DType dtype : {DType::BF16, DType::F16, DType::F32}) {
+    const int64_t rows = 11, cols = 96, groups = 3;
+    const auto matrix = make_quant_matrix(4, 32, dtype, 2, rows, cols, 91);
+    const auto size = static_cast<int64_t>(dtype_size(dtype));
+    std::vector<uint8_t> values(static_cast<size_t>(tile_values_bytes(matrix.w)));
+    ASSERT_EQ(static_cast<int64_t>(values.size()), 2 * 2 * groups * 16 * size);
+    pack_tile_values(matrix.w, values.data());
+    for (int64_t expert = 0; expert < 2; ++expert) {
+      for (int64_t row = 0; row < 16; ++row) {
+        for (int64_t g = 0; g < groups; ++g) {
+          const int r = static_cast<int>(row % 8);
+          const int scale_slot = dtype == DType::BF16 ? (r < 4 ? r : r + 4) : r;
+          const int bias_slot = dtype == DType::BF16 ? scale_slot + 4 : r + 8;
+          const uint8_t* group = values.data() + ((expert * 2 + row / 8) * groups + g) * 16 * size;
+          std::vector<uint8_t> zero(static_cast<size_t>(size), 0);
+          const uint8_t* scale = row < rows
+                                     ? matrix.w.scales + ((expert * rows + row) * groups + g) * size
+                                     : zero.data();
+          const uint8_t* bias = row < rows
+                                    ? matrix.w.biases + ((expert * rows + row) * groups + g) * size
+                                    : zero.data();
+          EXPECT_EQ(std::memcmp(group + scale_slot * size, scale, static_cast<size_t>(size)), 0)
+              << dtype_name(dtype) << " expert " << expert << " row " << row << " group " << g;
+          EXPECT_EQ(std::memcmp(group + bias_slot * size, bias, static_cast<size_t>(size)), 0)
+              << dtype_name(dtype) << " expert " << expert << " row " << row << " group " << g;
+        }
+      }
+    }
+  }
 }
 
 TEST(QuantNumerics, NamesParseAndErrors) {

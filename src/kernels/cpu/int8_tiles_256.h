@@ -11,8 +11,10 @@
 // and 8 bits as 16-bit words with vpmaddwd (8-bit codes would saturate vpmaddubsw:
 // 2·255·127 > 32767). Every block of 32 inputs yields one exact int32 per row.
 //
-// A single activation row (decode) multiplies codes unpacked in registers, and a transposing
-// vphadd tree gathers the 8 rows' sums into one vector. Several rows (verify, prefill): a tile
+// A single activation row (decode) multiplies codes unpacked in registers (4 bits: two rows per
+// vector), and a transposing vphadd tree gathers the 8 rows' sums into one vector. Each tile's
+// scales and biases come from the matrix's tile values when it has them (quant.h), else from an
+// 8 x 8 transpose per chunk of 8 groups. Several rows (verify, prefill): a tile
 // unpacks its 8 rows' codes one chunk of 8 groups at a time into an L1 buffer, interleaved so that
 // each row's sums build up in its own lane with no horizontal sums, and reuses them for every
 // activation row of a block of up to 64, so an extra activation row costs the integer dot products
@@ -176,6 +178,48 @@ __m256i block_sums(const __m256i* q, const int8_t* x8) {
   }
 }
 
+// Four-bit codes as row pairs. A block's 8 rows of 16 packed bytes become 8 vectors: pair k
+// (rows k and k + 4 in 128-bit lanes 0 and 1) has its low nibbles (the even elements) in vector 2k
+// and its high nibbles (the odd ones) in vector 2k + 1.
+constexpr int kNibblePairVectors = 8;
+
+__attribute__((always_inline)) inline void unpack_nibble_pairs(const uint8_t* const* packed,
+                                                               int64_t offset, __m256i* pairs) {
+  const __m256i mask = _mm256_set1_epi8(15);
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    const __m256i bytes = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed[k] + offset))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed[k + 4] + offset)), 1);
+    pairs[2 * k] = _mm256_and_si256(bytes, mask);
+    pairs[2 * k + 1] = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), mask);
+  }
+}
+
+// The 8 rows' exact sums over one block from its row pairs, x8 the block's activations in slot
+// order (the 16 even elements, then the 16 odd ones), each half duplicated into both lanes to meet
+// the pairs' low and high nibbles. Three vphaddw and one vpmaddwd then leave one dword per row, in
+// row order, where a row per vector took seven vphaddw (two cycles each on Zen 3's one pipe for
+// them: the decode step's bottleneck). Word sums stay below 2^15: at most 16 products of 15·127.
+__attribute__((always_inline)) inline __m256i nibble_pair_sums(const __m256i* pairs,
+                                                               const int8_t* x8) {
+  const __m256i even =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x8)));
+  const __m256i odd =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x8 + 16)));
+  __m256i v[4];
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    v[k] = _mm256_add_epi16(_mm256_maddubs_epi16(pairs[2 * k], even),
+                            _mm256_maddubs_epi16(pairs[2 * k + 1], odd));
+  }
+  // Lane 0: rows 0-3, two words each; lane 1: rows 4-7.
+  const __m256i words =
+      _mm256_hadd_epi16(_mm256_hadd_epi16(v[0], v[1]), _mm256_hadd_epi16(v[2], v[3]));
+  return _mm256_madd_epi16(words, _mm256_set1_epi16(1));
+}
+
 // More than one activation row: the tile's codes are stored interleaved, so that no horizontal sums
 // are needed. Step s of a block is one vector whose dword r holds row r's codes of slots
 // 4s .. 4s+3 (bytes) or 2s, 2s+1 (words); multiplied by the activations of those slots broadcast to
@@ -333,10 +377,9 @@ __attribute__((always_inline)) inline void transpose8x8_words(const __m256i* a, 
 }
 
 // scales[g][r] (biases[g][r]) = the 8 values at scale_base (bias_base) + index[r] values, row r's
-// group g, as fp32. 16-bit values are transposed before they are widened, a row's scales in the
-// low 128-bit lane and its biases in the high one, so one word transpose serves both: the widening
-// and the transpose of fp32 values cost more than the products on a single activation row with
-// 32-element groups.
+// group g, as fp32. 16-bit values are transposed before they are widened, scales and biases
+// sharing one word transpose: the widening and the transpose of fp32 values cost more than the
+// products on a single activation row with 32-element groups.
 template <DType D>
 void transpose_tile_values(const uint8_t* scale_base, const uint8_t* bias_base,
                            const int64_t* index, float (*scales)[kTileRows],
@@ -354,7 +397,7 @@ void transpose_tile_values(const uint8_t* scale_base, const uint8_t* bias_base,
       rows[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bias_base + index[r] * kSize));
     }
     transpose8x8(rows, reinterpret_cast<__m256i*>(biases));
-  } else {
+  } else if constexpr (D == DType::F16) {
     __m256i rows[kTileRows], groups[kChunkGroups];
 #pragma GCC unroll 8
     for (int r = 0; r < kTileRows; ++r) {
@@ -366,19 +409,32 @@ void transpose_tile_values(const uint8_t* scale_base, const uint8_t* bias_base,
     transpose8x8_words(rows, groups);
 #pragma GCC unroll 8
     for (int g = 0; g < kChunkGroups; ++g) {
-      __m256 scale, bias;
-      if constexpr (D == DType::F16) {
-        scale = _mm256_cvtph_ps(_mm256_castsi256_si128(groups[g]));
-        bias = _mm256_cvtph_ps(_mm256_extracti128_si256(groups[g], 1));
-      } else {
-        // A bf16 value is the high half of its fp32 value: interleaving zero words below widens.
-        const __m256i low = _mm256_unpacklo_epi16(_mm256_setzero_si256(), groups[g]);
-        const __m256i high = _mm256_unpackhi_epi16(_mm256_setzero_si256(), groups[g]);
-        scale = _mm256_castsi256_ps(_mm256_permute2x128_si256(low, high, 0x20));
-        bias = _mm256_castsi256_ps(_mm256_permute2x128_si256(low, high, 0x31));
-      }
-      _mm256_store_ps(scales[g], scale);
-      _mm256_store_ps(biases[g], bias);
+      _mm256_store_ps(scales[g], _mm256_cvtph_ps(_mm256_castsi256_si128(groups[g])));
+      _mm256_store_ps(biases[g], _mm256_cvtph_ps(_mm256_extracti128_si256(groups[g], 1)));
+    }
+  } else {
+    // Arranged so that group g's words come out as [scales of rows 0-3, their biases | scales of
+    // rows 4-7, their biases]: interleaving zero words below (a bf16 value is the high half of its
+    // fp32 value) then widens the low four words of each 128-bit lane into the scale vector and
+    // the high four into the bias vector, in row order, with no lane crossing.
+    __m256i rows[kTileRows], groups[kChunkGroups];
+    const auto load = [&](const uint8_t* base, int r) {
+      return _mm_loadu_si128(reinterpret_cast<const __m128i*>(base + index[r] * kSize));
+    };
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      rows[k] = _mm256_inserti128_si256(_mm256_castsi128_si256(load(scale_base, k)),
+                                        load(scale_base, k + 4), 1);
+      rows[k + 4] = _mm256_inserti128_si256(_mm256_castsi128_si256(load(bias_base, k)),
+                                            load(bias_base, k + 4), 1);
+    }
+    transpose8x8_words(rows, groups);
+#pragma GCC unroll 8
+    for (int g = 0; g < kChunkGroups; ++g) {
+      _mm256_store_ps(
+          scales[g], _mm256_castsi256_ps(_mm256_unpacklo_epi16(_mm256_setzero_si256(), groups[g])));
+      _mm256_store_ps(
+          biases[g], _mm256_castsi256_ps(_mm256_unpackhi_epi16(_mm256_setzero_si256(), groups[g])));
     }
   }
 }
@@ -425,6 +481,44 @@ void load_tile_values(const QuantMatrix& w, const int64_t* first_group, int64_t 
   }
 }
 
+// The tile values (quant.h) of `count` groups from `values` on, as load_tile_values leaves them.
+template <DType D>
+void read_tile_values_typed(const uint8_t* values, int64_t count, float (*scales)[kTileRows],
+                            float (*biases)[kTileRows]) {
+  constexpr int64_t kGroupBytes = 2 * kTileRows * (D == DType::F32 ? 4 : 2);
+  for (int64_t g = 0; g < count; ++g) {
+    const uint8_t* group = values + g * kGroupBytes;
+    if constexpr (D == DType::F32) {
+      _mm256_store_ps(scales[g], _mm256_loadu_ps(reinterpret_cast<const float*>(group)));
+      _mm256_store_ps(biases[g], _mm256_loadu_ps(reinterpret_cast<const float*>(group + 32)));
+    } else if constexpr (D == DType::F16) {
+      _mm256_store_ps(scales[g],
+                      _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(group))));
+      _mm256_store_ps(
+          biases[g],
+          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(group + 16))));
+    } else {
+      const __m256i words = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group));
+      _mm256_store_ps(scales[g],
+                      _mm256_castsi256_ps(_mm256_unpacklo_epi16(_mm256_setzero_si256(), words)));
+      _mm256_store_ps(biases[g],
+                      _mm256_castsi256_ps(_mm256_unpackhi_epi16(_mm256_setzero_si256(), words)));
+    }
+  }
+}
+
+void read_tile_values(DType dtype, const uint8_t* values, int64_t count, float (*scales)[kTileRows],
+                      float (*biases)[kTileRows]) {
+  switch (dtype) {
+    case DType::F32:
+      return read_tile_values_typed<DType::F32>(values, count, scales, biases);
+    case DType::F16:
+      return read_tile_values_typed<DType::F16>(values, count, scales, biases);
+    default:
+      return read_tile_values_typed<DType::BF16>(values, count, scales, biases);
+  }
+}
+
 // The next tile's codes are prefetched into L2 in step with the current tile's progress, in
 // memory order: the tile's rows are contiguous, so the prefetches form one sequential stream,
 // where fetching each row's next chunk (8 short interleaved streams) left the memory idle between
@@ -453,11 +547,26 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
     first_group[r] = stored_row * groups;
   }
   const uint8_t* ahead = packed[0] + kPrefetchTilesAhead * kTileRows * row_bytes;
-  {
-    // The scales and biases of the tile as far ahead (kTileRows rows of `groups` values each).
-    const int64_t size = w.scale_dtype == DType::F32 ? 4 : 2;
-    const int64_t offset = (first_group[0] + kPrefetchTilesAhead * kTileRows * groups) * size;
-    for (int64_t line = 0; line < kTileRows * groups * size; line += 64) {
+  static_assert(kTileRows == kTileValueRows);
+  const int64_t value_size = w.scale_dtype == DType::F32 ? 4 : 2;
+  const int64_t group_value_bytes = 2 * kTileRows * value_size;
+  // The tile's own values when the matrix has them and the tile starts on a tile boundary.
+  const uint8_t* tile_values = nullptr;
+  if (w.tile_values != nullptr && row0 % kTileRows == 0) {
+    const int64_t tiles = (w.rows + kTileRows - 1) / kTileRows;
+    tile_values =
+        w.tile_values + (task.expert * tiles + row0 / kTileRows) * groups * group_value_bytes;
+  }
+  // The scales and biases of the tile as far ahead (kTileRows rows of `groups` values each).
+  const int64_t tile_value_bytes = kTileRows * groups * value_size;
+  for (int64_t line = 0; line < tile_value_bytes; line += 64) {
+    if (tile_values != nullptr) {
+      const uint8_t* values = tile_values + kPrefetchTilesAhead * 2 * tile_value_bytes + 2 * line;
+      __builtin_prefetch(values, 0, 1);
+      __builtin_prefetch(values + 64, 0, 1);
+    } else {
+      const int64_t offset =
+          (first_group[0] + kPrefetchTilesAhead * kTileRows * groups) * value_size;
       __builtin_prefetch(w.scales + offset + line, 0, 1);
       __builtin_prefetch(w.biases + offset + line, 0, 1);
     }
@@ -488,11 +597,16 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
         unpack_interleaved<Bits>(packed, (c0 + b * kInt8Block) * Bits / 8, codes[b]);
       }
     }
-    int64_t chunk_first[kTileRows];
-    for (int r = 0; r < kTileRows; ++r) chunk_first[r] = first_group[r] + g0;
-    // Lanes past `rows` repeat row row0, so the last row's values are the furthest.
-    const bool in_bounds = chunk_first[rows - 1] + kChunkGroups <= total_groups;
-    load_tile_values(w, chunk_first, total_groups, in_bounds, scales, biases);
+    if (tile_values != nullptr) {
+      read_tile_values(w.scale_dtype, tile_values + g0 * group_value_bytes, chunk_groups, scales,
+                       biases);
+    } else {
+      int64_t chunk_first[kTileRows];
+      for (int r = 0; r < kTileRows; ++r) chunk_first[r] = first_group[r] + g0;
+      // Lanes past `rows` repeat row row0, so the last row's values are the furthest.
+      const bool in_bounds = chunk_first[rows - 1] + kChunkGroups <= total_groups;
+      load_tile_values(w, chunk_first, total_groups, in_bounds, scales, biases);
+    }
     for (int64_t i = i0; i < i1; ++i) {
       const int8_t* x8 = task.x8[i] + c0;
       const float* d = task.block_scales[i] + c0 / kInt8Block;
@@ -509,6 +623,11 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
       // The block's 8 rows' sums: codes unpacked here, or interleaved in the buffer.
       auto sums = [&](int64_t b) __attribute__((always_inline)) {
         if (single) {
+          if constexpr (Bits == 4) {
+            __m256i pairs[kNibblePairVectors];
+            unpack_nibble_pairs(packed, (c0 + b * kInt8Block) * Bits / 8, pairs);
+            return _mm256_cvtepi32_ps(nibble_pair_sums(pairs, x8 + b * kInt8Block));
+          }
           __m256i q[kTileRows * kVectors];
 #pragma GCC unroll 8
           for (int r = 0; r < kTileRows; ++r) {
@@ -539,10 +658,15 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
     }
   }
   for (int64_t i = i0; i < i1; ++i) {
-    alignas(32) float y[kTileRows];
-    _mm256_store_ps(y,
-                    _mm256_add_ps(_mm256_load_ps(acc[i - i0]), _mm256_load_ps(bias_acc[i - i0])));
-    for (int r = 0; r < rows; ++r) task.y[i][row0 + r] = y[r];
+    const __m256 y = _mm256_add_ps(_mm256_load_ps(acc[i - i0]), _mm256_load_ps(bias_acc[i - i0]));
+    if (rows == kTileRows) {
+      // One store: a partial tile's copy loop became a memcpy call per tile and activation row.
+      _mm256_storeu_ps(task.y[i] + row0, y);
+    } else {
+      alignas(32) float partial[kTileRows];
+      _mm256_store_ps(partial, y);
+      for (int r = 0; r < rows; ++r) task.y[i][row0 + r] = partial[r];
+    }
   }
 }
 

@@ -95,6 +95,23 @@ struct Int8Task {
   float* const* y = nullptr;
 };
 
+// Tile values (quant.h): per tile of kTileValueRows rows and group, 16 values of the scale dtype.
+// Row r's scale and bias sit at the slots below: BF16 [s0-s3 b0-b3 | s4-s7 b4-b7] (interleaving
+// zero words widens each 128-bit lane's low half into fp32 scales and its high half into biases,
+// in row order), F16 and F32 [s0-s7 | b0-b7] (vcvtph2ps, or plain loads).
+constexpr int kTileValueRows = 8;
+struct TileValueSlots {
+  int scale;
+  int bias;
+};
+static inline TileValueSlots tile_value_slots(DType dtype, int row) {
+  if (dtype == DType::BF16) {
+    const int slot = row < 4 ? row : row + 4;
+    return {slot, slot + 4};
+  }
+  return {row, row + kTileValueRows};
+}
+
 // Quantized activations are made and read in blocks of this many inputs.
 constexpr int64_t kInt8Block = 32;
 
