@@ -579,10 +579,6 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
   alignas(32) float biases[kChunkGroups][kTileRows];
   alignas(32) float acc[kActivationBlockRows][kTileRows];
   alignas(32) float bias_acc[kActivationBlockRows][kTileRows];
-  for (int64_t i = 0; i < i1 - i0; ++i) {
-    _mm256_store_ps(acc[i], _mm256_setzero_ps());
-    _mm256_store_ps(bias_acc[i], _mm256_setzero_ps());
-  }
   for (int64_t c0 = 0; c0 < w.cols; c0 += kChunkColumns) {
     const int64_t columns = std::min(kChunkColumns, w.cols - c0);
     const int64_t blocks = columns / kInt8Block;
@@ -641,8 +637,9 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
           return _mm256_cvtepi32_ps(interleaved_sums<Bits>(codes[b], widened + b * kInt8Block));
         }
       };
-      __m256 sum = _mm256_load_ps(acc[i - i0]);
-      __m256 bias = _mm256_load_ps(bias_acc[i - i0]);
+      // The first chunk starts the sums (a zeroing loop before it became a memset call per tile).
+      __m256 sum = c0 == 0 ? _mm256_setzero_ps() : _mm256_load_ps(acc[i - i0]);
+      __m256 bias = c0 == 0 ? _mm256_setzero_ps() : _mm256_load_ps(bias_acc[i - i0]);
       for (int64_t g = 0; g < chunk_groups; ++g) {
         const int64_t b0 = g * BlocksPerGroup;
         __m256 t = _mm256_mul_ps(_mm256_set1_ps(d[b0]), sums(b0));
