@@ -300,19 +300,34 @@ void dequantize(const QuantMatrix& w, int64_t expert, int64_t row_begin, int64_t
   const int64_t row_bytes = w.words_per_row() * 4;
   const int64_t groups = w.groups_per_row();
   const DType rounding = in_scale_dtype ? w.scale_dtype : DType::F32;
+  const int64_t tiles = (w.rows + cpu::kTileValueRows - 1) / cpu::kTileValueRows;
   for (int64_t row = row_begin; row < row_end; ++row) {
     const int64_t stored = expert * w.rows + row;
     const uint8_t* packed = w.packed + stored * row_bytes;
     float* dst = out + (row - row_begin) * w.cols;
+    // Read from the tile values when the matrix has them: its loader released the originals (an
+    // embedding lookup would fault their pages back in).
+    const uint8_t* scales = w.scales;
+    const uint8_t* biases = w.biases;
+    int64_t first = stored * groups, stride = 1;
+    if (w.tile_values != nullptr) {
+      const cpu::TileValueSlots slots =
+          cpu::tile_value_slots(w.scale_dtype, static_cast<int>(row % cpu::kTileValueRows));
+      const int64_t tile = expert * tiles + row / cpu::kTileValueRows;
+      scales = w.tile_values + slots.scale * dtype_size(w.scale_dtype);
+      biases = w.tile_values + slots.bias * dtype_size(w.scale_dtype);
+      stride = 2 * cpu::kTileValueRows;
+      first = tile * groups * stride;
+    }
     for (int64_t k = 0; k < w.cols; ++k) {
       const int64_t first_bit = k * bits;
       const int64_t byte = first_bit / 8;
       uint32_t window = packed[byte];
       if (byte + 1 < row_bytes) window |= static_cast<uint32_t>(packed[byte + 1]) << 8;
       const auto q = static_cast<float>((window >> (first_bit % 8)) & mask);
-      const int64_t g = stored * groups + k / w.format.group_size;
-      const float product = round_to_dtype(rounding, read_scale(w.scales, w.scale_dtype, g) * q);
-      dst[k] = round_to_dtype(rounding, product + read_scale(w.biases, w.scale_dtype, g));
+      const int64_t g = first + k / w.format.group_size * stride;
+      const float product = round_to_dtype(rounding, read_scale(scales, w.scale_dtype, g) * q);
+      dst[k] = round_to_dtype(rounding, product + read_scale(biases, w.scale_dtype, g));
     }
   }
 }
@@ -412,25 +427,35 @@ int64_t tile_values_bytes(const QuantMatrix& w) {
          static_cast<int64_t>(dtype_size(w.scale_dtype));
 }
 
-void pack_tile_values(const QuantMatrix& w, uint8_t* out) {
+void pack_tile_values(const QuantMatrix& w, uint8_t* out, const RowsPacked& rows_packed) {
+  // Tiles per slice: a loader's originals and packed values are both resident for one slice only.
+  constexpr int64_t kSliceTiles = 256;
   const auto size = static_cast<int64_t>(dtype_size(w.scale_dtype));
   const int64_t groups = w.groups_per_row();
   const int64_t tiles = (w.rows + cpu::kTileValueRows - 1) / cpu::kTileValueRows;
+  const int64_t group_bytes = 2 * cpu::kTileValueRows * size;
   std::memset(out, 0, static_cast<size_t>(tile_values_bytes(w)));
-  for (int64_t expert = 0; expert < w.experts; ++expert) {
-    for (int64_t tile = 0; tile < tiles; ++tile) {
-      for (int64_t g = 0; g < groups; ++g) {
-        uint8_t* values =
-            out + ((expert * tiles + tile) * groups + g) * 2 * cpu::kTileValueRows * size;
-        for (int r = 0; r < cpu::kTileValueRows; ++r) {
-          const int64_t row = tile * cpu::kTileValueRows + r;
-          if (row >= w.rows) break;
-          const int64_t source = ((expert * w.rows + row) * groups + g) * size;
-          const cpu::TileValueSlots slots = cpu::tile_value_slots(w.scale_dtype, r);
-          std::memcpy(values + slots.scale * size, w.scales + source, static_cast<size_t>(size));
-          std::memcpy(values + slots.bias * size, w.biases + source, static_cast<size_t>(size));
+  for (int64_t first = 0; first < w.experts * tiles; first += kSliceTiles) {
+    const int64_t end = std::min(w.experts * tiles, first + kSliceTiles);
+    for (int64_t tile = first; tile < end; ++tile) {
+      const int64_t expert = tile / tiles;
+      const int64_t first_row = tile % tiles * cpu::kTileValueRows;
+      for (int r = 0; r < cpu::kTileValueRows && first_row + r < w.rows; ++r) {
+        const cpu::TileValueSlots slots = cpu::tile_value_slots(w.scale_dtype, r);
+        const int64_t source = (expert * w.rows + first_row + r) * groups * size;
+        for (int64_t g = 0; g < groups; ++g) {
+          uint8_t* values = out + (tile * groups + g) * group_bytes;
+          std::memcpy(values + slots.scale * size, w.scales + source + g * size,
+                      static_cast<size_t>(size));
+          std::memcpy(values + slots.bias * size, w.biases + source + g * size,
+                      static_cast<size_t>(size));
         }
       }
+    }
+    if (rows_packed) {
+      const int64_t last = end - 1;
+      rows_packed(last / tiles * w.rows +
+                  std::min(w.rows, (last % tiles + 1) * cpu::kTileValueRows));
     }
   }
 }

@@ -102,7 +102,11 @@ Isa best_isa();
 // are not resident twice; products that read the originals (the other ISAs, the fp32 numerics,
 // dequantize_rows) still may, from the file.
 int64_t tile_values_bytes(const QuantMatrix& w);
-void pack_tile_values(const QuantMatrix& w, uint8_t* out);
+// Packs w's tile values into out[tile_values_bytes(w)], a slice of tiles at a time; after each
+// slice, rows_packed(n) (when given) says that the first n stored rows ([experts · rows] order)
+// are packed, so that a loader can release their originals before the next slice faults more in.
+using RowsPacked = std::function<void(int64_t rows)>;
+void pack_tile_values(const QuantMatrix& w, uint8_t* out, const RowsPacked& rows_packed = {});
 // Whether the int8 products of this process read tile values: numerics() is int8 and
 // best_isa() runs the 256-bit int8 kernels.
 bool products_read_tile_values();

@@ -161,11 +161,21 @@ LinearWeights load_linear(const Checkpoint& checkpoint, const std::string& path,
     if (kernels::products_read_tile_values()) {
       auto values =
           std::make_shared<std::vector<uint8_t>>(kernels::tile_values_bytes(linear.quant));
-      kernels::pack_tile_values(linear.quant, values->data());
+      const int64_t row_bytes = linear.quant.groups_per_row() * dtype_size(scales.dtype);
+      // MLX checkpoints store a module's biases right before its scales: released as one range,
+      // the page they share goes too (small matrices' tensors are a few pages each).
+      const bool adjacent = biases.data + biases.nbytes == scales.data;
+      kernels::pack_tile_values(linear.quant, values->data(), [&](int64_t rows) {
+        const auto bytes = static_cast<size_t>(rows * row_bytes);
+        if (adjacent && rows == linear.quant.experts * out) {
+          release_resident_pages(biases.data, biases.nbytes + scales.nbytes);
+          return;
+        }
+        release_resident_pages(scales.data, bytes);
+        release_resident_pages(biases.data, bytes);
+      });
       linear.quant.tile_values = values->data();
       linear.tile_values = std::move(values);
-      release_resident_pages(scales.data, scales.nbytes);
-      release_resident_pages(biases.data, biases.nbytes);
     }
   } else {
     if (checkpoint.has(biases_name)) {

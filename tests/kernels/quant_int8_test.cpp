@@ -174,8 +174,9 @@ TEST_P(QuantInt8Test, GatheredProductEqualsPerExpertProducts) {
   }
 }
 
-// A matrix with tile values (quant.h) gives every ISA's int8 products the bits it gives without
-// them: 37 rows (a partial last tile), 3 experts, dense and gathered, every batch size kind.
+// A matrix with tile values (quant.h) gives every ISA's int8 products, and dequantization, the bits
+// it gives without them: 37 rows (a partial last tile), 3 experts, dense and gathered, every batch
+// size kind.
 TEST_P(QuantInt8Test, TileValuesChangeNoBit) {
   const int64_t rows = 37, cols = 5 * group(), experts = 3;
   const auto matrix = make_quant_matrix(bits(), group(), scale_dtype(), experts, rows, cols, 23);
@@ -183,6 +184,14 @@ TEST_P(QuantInt8Test, TileValuesChangeNoBit) {
   pack_tile_values(matrix.w, values.data());
   QuantMatrix tiled = matrix.w;
   tiled.tile_values = values.data();
+  // Dequantization (embedding lookups) reads the tile values too.
+  std::vector<float> from_tiles(rows * cols), from_originals(rows * cols);
+  dequantize_rows(tiled, 2, 0, rows, from_tiles.data());
+  dequantize_rows(matrix.w, 2, 0, rows, from_originals.data());
+  EXPECT_EQ(compare(from_tiles.data(), from_originals.data(), rows, cols), "");
+  dequantize_rows_mlx(tiled, 1, 3, rows, from_tiles.data());
+  dequantize_rows_mlx(matrix.w, 1, 3, rows, from_originals.data());
+  EXPECT_EQ(compare(from_tiles.data(), from_originals.data(), rows - 3, cols), "");
   for (int64_t m : {1, 2, 5, 17}) {
     const auto x = batch_activations(m, cols, static_cast<uint32_t>(200 + m));
     std::vector<float> reference(m * rows);
@@ -481,6 +490,19 @@ TEST(TileValues, EveryValueAtItsSlot) {
       }
     }
   }
+}
+
+// Packing reports its progress in stored rows, a slice of 256 tiles (2,048 rows) at a time, and
+// packs the same bytes as without the report; the last report covers every expert's rows.
+TEST(TileValues, PackingReportsRowsPacked) {
+  const auto matrix = make_quant_matrix(4, 32, DType::BF16, 2, 2100, 32, 93);
+  std::vector<uint8_t> reported(static_cast<size_t>(tile_values_bytes(matrix.w)));
+  std::vector<uint8_t> quiet(reported.size());
+  std::vector<int64_t> rows;
+  pack_tile_values(matrix.w, reported.data(), [&](int64_t n) { rows.push_back(n); });
+  pack_tile_values(matrix.w, quiet.data());
+  EXPECT_EQ(rows, (std::vector<int64_t>{2048, 2100 + 1992, 4200}));
+  EXPECT_EQ(reported, quiet);
 }
 
 TEST(QuantNumerics, NamesParseAndErrors) {
