@@ -300,7 +300,7 @@ void dequantize(const QuantMatrix& w, int64_t expert, int64_t row_begin, int64_t
   const int64_t row_bytes = w.words_per_row() * 4;
   const int64_t groups = w.groups_per_row();
   const DType rounding = in_scale_dtype ? w.scale_dtype : DType::F32;
-  const int64_t tiles = (w.rows + cpu::kTileValueRows - 1) / cpu::kTileValueRows;
+  const int64_t tiles = cpu::tiles_per_expert(w.rows);
   for (int64_t row = row_begin; row < row_end; ++row) {
     const int64_t stored = expert * w.rows + row;
     const uint8_t* packed = w.packed + stored * row_bytes;
@@ -422,35 +422,54 @@ int64_t QuantMatrix::bytes_per_expert() const {
 }
 
 int64_t tile_values_bytes(const QuantMatrix& w) {
-  const int64_t tiles = (w.rows + cpu::kTileValueRows - 1) / cpu::kTileValueRows;
-  return w.experts * tiles * w.groups_per_row() * 2 * cpu::kTileValueRows *
-         static_cast<int64_t>(dtype_size(w.scale_dtype));
+  return w.experts * cpu::tiles_per_expert(w.rows) * w.groups_per_row() *
+         cpu::tile_value_group_bytes(w.scale_dtype);
 }
+
+namespace {
+
+// Tiles [first, end) of pack_tile_values with scale values of type T (its size is the scale
+// dtype's): copies of a known size compile to plain moves.
+template <typename T>
+void pack_tiles(const QuantMatrix& w, uint8_t* out, int64_t first, int64_t end) {
+  const int64_t groups = w.groups_per_row();
+  const int64_t tiles = cpu::tiles_per_expert(w.rows);
+  for (int64_t tile = first; tile < end; ++tile) {
+    const int64_t expert = tile / tiles;
+    const int64_t first_row = tile % tiles * cpu::kTileValueRows;
+    T* values = reinterpret_cast<T*>(out) + tile * groups * 2 * cpu::kTileValueRows;
+    for (int r = 0; r < cpu::kTileValueRows; ++r) {
+      const cpu::TileValueSlots slots = cpu::tile_value_slots(w.scale_dtype, r);
+      if (first_row + r >= w.rows) {
+        for (int64_t g = 0; g < groups; ++g) {
+          values[g * 2 * cpu::kTileValueRows + slots.scale] = T{};
+          values[g * 2 * cpu::kTileValueRows + slots.bias] = T{};
+        }
+        continue;
+      }
+      const int64_t source = (expert * w.rows + first_row + r) * groups * sizeof(T);
+      for (int64_t g = 0; g < groups; ++g) {
+        std::memcpy(&values[g * 2 * cpu::kTileValueRows + slots.scale],
+                    w.scales + source + g * sizeof(T), sizeof(T));
+        std::memcpy(&values[g * 2 * cpu::kTileValueRows + slots.bias],
+                    w.biases + source + g * sizeof(T), sizeof(T));
+      }
+    }
+  }
+}
+
+}  // namespace
 
 void pack_tile_values(const QuantMatrix& w, uint8_t* out, const RowsPacked& rows_packed) {
   // Tiles per slice: a loader's originals and packed values are both resident for one slice only.
   constexpr int64_t kSliceTiles = 256;
-  const auto size = static_cast<int64_t>(dtype_size(w.scale_dtype));
-  const int64_t groups = w.groups_per_row();
-  const int64_t tiles = (w.rows + cpu::kTileValueRows - 1) / cpu::kTileValueRows;
-  const int64_t group_bytes = 2 * cpu::kTileValueRows * size;
-  std::memset(out, 0, static_cast<size_t>(tile_values_bytes(w)));
+  const int64_t tiles = cpu::tiles_per_expert(w.rows);
   for (int64_t first = 0; first < w.experts * tiles; first += kSliceTiles) {
     const int64_t end = std::min(w.experts * tiles, first + kSliceTiles);
-    for (int64_t tile = first; tile < end; ++tile) {
-      const int64_t expert = tile / tiles;
-      const int64_t first_row = tile % tiles * cpu::kTileValueRows;
-      for (int r = 0; r < cpu::kTileValueRows && first_row + r < w.rows; ++r) {
-        const cpu::TileValueSlots slots = cpu::tile_value_slots(w.scale_dtype, r);
-        const int64_t source = (expert * w.rows + first_row + r) * groups * size;
-        for (int64_t g = 0; g < groups; ++g) {
-          uint8_t* values = out + (tile * groups + g) * group_bytes;
-          std::memcpy(values + slots.scale * size, w.scales + source + g * size,
-                      static_cast<size_t>(size));
-          std::memcpy(values + slots.bias * size, w.biases + source + g * size,
-                      static_cast<size_t>(size));
-        }
-      }
+    if (w.scale_dtype == DType::F32) {
+      pack_tiles<uint32_t>(w, out, first, end);
+    } else {
+      pack_tiles<uint16_t>(w, out, first, end);
     }
     if (rows_packed) {
       const int64_t last = end - 1;

@@ -102,7 +102,8 @@ Isa best_isa();
 // are not resident twice; products that read the originals (the other ISAs, the fp32 numerics,
 // dequantize_rows) still may, from the file.
 int64_t tile_values_bytes(const QuantMatrix& w);
-// Packs w's tile values into out[tile_values_bytes(w)], a slice of tiles at a time; after each
+// Packs w's tile values into out[tile_values_bytes(w)] (every byte written, the padding zeros), a
+// slice of tiles at a time; after each
 // slice, rows_packed(n) (when given) says that the first n stored rows ([experts · rows] order)
 // are packed, so that a loader can release their originals before the next slice faults more in.
 using RowsPacked = std::function<void(int64_t rows)>;

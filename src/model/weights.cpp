@@ -159,13 +159,14 @@ LinearWeights load_linear(const Checkpoint& checkpoint, const std::string& path,
     linear.quant.cols = in;
     linear.quant.format = format;
     if (kernels::products_read_tile_values()) {
-      auto values =
-          std::make_shared<std::vector<uint8_t>>(kernels::tile_values_bytes(linear.quant));
+      // Not zeroed first: packing writes every byte.
+      std::shared_ptr<uint8_t[]> values =
+          std::make_shared_for_overwrite<uint8_t[]>(kernels::tile_values_bytes(linear.quant));
       const int64_t row_bytes = linear.quant.groups_per_row() * dtype_size(scales.dtype);
       // MLX checkpoints store a module's biases right before its scales: released as one range,
       // the page they share goes too (small matrices' tensors are a few pages each).
       const bool adjacent = biases.data + biases.nbytes == scales.data;
-      kernels::pack_tile_values(linear.quant, values->data(), [&](int64_t rows) {
+      kernels::pack_tile_values(linear.quant, values.get(), [&](int64_t rows) {
         const auto bytes = static_cast<size_t>(rows * row_bytes);
         if (adjacent && rows == linear.quant.experts * out) {
           release_resident_pages(biases.data, biases.nbytes + scales.nbytes);
@@ -174,7 +175,7 @@ LinearWeights load_linear(const Checkpoint& checkpoint, const std::string& path,
         release_resident_pages(scales.data, bytes);
         release_resident_pages(biases.data, bytes);
       });
-      linear.quant.tile_values = values->data();
+      linear.quant.tile_values = values.get();
       linear.tile_values = std::move(values);
     }
   } else {

@@ -21,7 +21,7 @@ struct LinearWeights {
   kernels::DenseMatrix dense;
   std::vector<float> bias;  // empty when the module has no bias
   // What quant.tile_values points into, when the loader packed them.
-  std::shared_ptr<const std::vector<uint8_t>> tile_values;
+  std::shared_ptr<const uint8_t[]> tile_values;
 
   int64_t rows() const { return quantized ? quant.rows : dense.rows; }
   int64_t cols() const { return quantized ? quant.cols : dense.cols; }

@@ -465,7 +465,8 @@ TEST(TileValues, EveryValueAtItsSlot) {
     const int64_t rows = 11, cols = 96, groups = 3;
     const auto matrix = make_quant_matrix(4, 32, dtype, 2, rows, cols, 91);
     const auto size = static_cast<int64_t>(dtype_size(dtype));
-    std::vector<uint8_t> values(static_cast<size_t>(tile_values_bytes(matrix.w)));
+    // Not zero to begin with: packing must write the padding itself.
+    std::vector<uint8_t> values(static_cast<size_t>(tile_values_bytes(matrix.w)), 0xAB);
     ASSERT_EQ(static_cast<int64_t>(values.size()), 2 * 2 * groups * 16 * size);
     pack_tile_values(matrix.w, values.data());
     for (int64_t expert = 0; expert < 2; ++expert) {

@@ -548,25 +548,24 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
   }
   const uint8_t* ahead = packed[0] + kPrefetchTilesAhead * kTileRows * row_bytes;
   static_assert(kTileRows == kTileValueRows);
-  const int64_t value_size = w.scale_dtype == DType::F32 ? 4 : 2;
-  const int64_t group_value_bytes = 2 * kTileRows * value_size;
+  const int64_t group_value_bytes = tile_value_group_bytes(w.scale_dtype);
   // The tile's own values when the matrix has them and the tile starts on a tile boundary.
   const uint8_t* tile_values = nullptr;
   if (w.tile_values != nullptr && row0 % kTileRows == 0) {
-    const int64_t tiles = (w.rows + kTileRows - 1) / kTileRows;
-    tile_values =
-        w.tile_values + (task.expert * tiles + row0 / kTileRows) * groups * group_value_bytes;
+    tile_values = w.tile_values + (task.expert * tiles_per_expert(w.rows) + row0 / kTileRows) *
+                                      groups * group_value_bytes;
   }
-  // The scales and biases of the tile as far ahead (kTileRows rows of `groups` values each).
-  const int64_t tile_value_bytes = kTileRows * groups * value_size;
-  for (int64_t line = 0; line < tile_value_bytes; line += 64) {
-    if (tile_values != nullptr) {
-      const uint8_t* values = tile_values + kPrefetchTilesAhead * 2 * tile_value_bytes + 2 * line;
-      __builtin_prefetch(values, 0, 1);
-      __builtin_prefetch(values + 64, 0, 1);
-    } else {
-      const int64_t offset =
-          (first_group[0] + kPrefetchTilesAhead * kTileRows * groups) * value_size;
+  // The scales and biases of the tile as far ahead.
+  const int64_t ahead_value_bytes = groups * group_value_bytes;
+  if (tile_values != nullptr) {
+    const uint8_t* values = tile_values + kPrefetchTilesAhead * ahead_value_bytes;
+    for (int64_t line = 0; line < ahead_value_bytes; line += 64) {
+      __builtin_prefetch(values + line, 0, 1);
+    }
+  } else {
+    const int64_t offset =
+        (first_group[0] + kPrefetchTilesAhead * kTileRows * groups) * group_value_bytes / 16;
+    for (int64_t line = 0; line < ahead_value_bytes / 2; line += 64) {
       __builtin_prefetch(w.scales + offset + line, 0, 1);
       __builtin_prefetch(w.biases + offset + line, 0, 1);
     }
