@@ -45,6 +45,8 @@ constexpr int64_t kChunkGroups = 8;
 // Activation rows whose accumulators a tile keeps while it passes over its weights once. A larger
 // batch (prefill) passes over the weights once per block, with the block's activations in L2.
 constexpr int64_t kActivationBlockRows = 64;
+// Activation rows that share a pass over a chunk's codes (the remainder goes 2, then 1, at a time).
+constexpr int kRowsTogether = 4;
 
 template <int Bits>
 constexpr bool kByteCodes = Bits == 2 || Bits == 4;
@@ -573,7 +575,7 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
   constexpr int64_t kChunkColumns = kChunkGroups * group;
   __m256i codes[kChunkGroups * BlocksPerGroup][kSteps<Bits>];
   // Word codes: one activation row's chunk widened to int16.
-  alignas(32) int16_t widened[kByteCodes<Bits> ? 1 : kChunkColumns];
+  alignas(32) int16_t widened[kRowsTogether][kByteCodes<Bits> ? 1 : kChunkColumns];
   alignas(32) float scales[kChunkGroups][kTileRows];
   alignas(32) float biases[kChunkGroups][kTileRows];
   alignas(32) float acc[kActivationBlockRows][kTileRows];
@@ -602,56 +604,83 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
       const bool in_bounds = chunk_first[rows - 1] + kChunkGroups <= total_groups;
       load_tile_values(w, chunk_first, total_groups, in_bounds, scales, biases);
     }
-    for (int64_t i = i0; i < i1; ++i) {
-      const int8_t* x8 = task.x8[i] + c0;
-      const float* d = task.block_scales[i] + c0 / kInt8Block;
-      const float* xsums = task.xsums[i] + g0;
-      if constexpr (!kByteCodes<Bits>) {
-        if (!single) {
-          for (int64_t k = 0; k < columns; k += 16) {
-            _mm256_store_si256(
-                reinterpret_cast<__m256i*>(widened + k),
-                _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x8 + k))));
+    // The chunk's groups against activation rows [i, i + R): the rows share each step's code
+    // vector and run R independent float sequences side by side, which the out-of-order core
+    // overlaps (measured on Zen 3, scripts/int8_tile_ab.sh: 4 rows at a time 0.82-0.85x the time of
+    // one at a time for 8 and 16 rows, 2 at a time 0.91x).
+    auto rows_chunk = [&]<int R>(int64_t i) __attribute__((always_inline)) {
+      const int8_t* x8[R];
+      const float* d[R];
+      const float* xsums[R];
+      for (int r = 0; r < R; ++r) {
+        x8[r] = task.x8[i + r] + c0;
+        d[r] = task.block_scales[i + r] + c0 / kInt8Block;
+        xsums[r] = task.xsums[i + r] + g0;
+        if constexpr (!kByteCodes<Bits>) {
+          if (!single) {
+            for (int64_t k = 0; k < columns; k += 16) {
+              _mm256_store_si256(reinterpret_cast<__m256i*>(widened[r] + k),
+                                 _mm256_cvtepi8_epi16(
+                                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(x8[r] + k))));
+            }
           }
         }
       }
       // The block's 8 rows' sums: codes unpacked here, or interleaved in the buffer.
-      auto sums = [&](int64_t b) __attribute__((always_inline)) {
+      auto sums = [&](int64_t b, int r) __attribute__((always_inline)) {
         if (single) {
           if constexpr (Bits == 4) {
             __m256i pairs[kNibblePairVectors];
             unpack_nibble_pairs(packed, (c0 + b * kInt8Block) * Bits / 8, pairs);
-            return _mm256_cvtepi32_ps(nibble_pair_sums(pairs, x8 + b * kInt8Block));
+            return _mm256_cvtepi32_ps(nibble_pair_sums(pairs, x8[r] + b * kInt8Block));
           }
           __m256i q[kTileRows * kVectors];
 #pragma GCC unroll 8
-          for (int r = 0; r < kTileRows; ++r) {
-            unpack_block<Bits>(packed[r] + (c0 + b * kInt8Block) * Bits / 8, q + r * kVectors);
+          for (int t = 0; t < kTileRows; ++t) {
+            unpack_block<Bits>(packed[t] + (c0 + b * kInt8Block) * Bits / 8, q + t * kVectors);
           }
-          return _mm256_cvtepi32_ps(block_sums<Bits>(q, x8 + b * kInt8Block));
+          return _mm256_cvtepi32_ps(block_sums<Bits>(q, x8[r] + b * kInt8Block));
         }
         if constexpr (kByteCodes<Bits>) {
-          return _mm256_cvtepi32_ps(interleaved_sums<Bits>(codes[b], x8 + b * kInt8Block));
+          return _mm256_cvtepi32_ps(interleaved_sums<Bits>(codes[b], x8[r] + b * kInt8Block));
         } else {
-          return _mm256_cvtepi32_ps(interleaved_sums<Bits>(codes[b], widened + b * kInt8Block));
+          return _mm256_cvtepi32_ps(interleaved_sums<Bits>(codes[b], widened[r] + b * kInt8Block));
         }
       };
       // The first chunk starts the sums (a zeroing loop before it became a memset call per tile).
-      __m256 sum = c0 == 0 ? _mm256_setzero_ps() : _mm256_load_ps(acc[i - i0]);
-      __m256 bias = c0 == 0 ? _mm256_setzero_ps() : _mm256_load_ps(bias_acc[i - i0]);
+      __m256 sum[R], bias[R];
+      for (int r = 0; r < R; ++r) {
+        sum[r] = c0 == 0 ? _mm256_setzero_ps() : _mm256_load_ps(acc[i + r - i0]);
+        bias[r] = c0 == 0 ? _mm256_setzero_ps() : _mm256_load_ps(bias_acc[i + r - i0]);
+      }
       for (int64_t g = 0; g < chunk_groups; ++g) {
         const int64_t b0 = g * BlocksPerGroup;
-        __m256 t = _mm256_mul_ps(_mm256_set1_ps(d[b0]), sums(b0));
+        const __m256 scale = _mm256_load_ps(scales[g]), group_bias = _mm256_load_ps(biases[g]);
 #pragma GCC unroll 4
-        for (int64_t b = b0 + 1; b < b0 + BlocksPerGroup; ++b) {
-          t = _mm256_fmadd_ps(_mm256_set1_ps(d[b]), sums(b), t);
+        for (int r = 0; r < R; ++r) {
+          __m256 t = _mm256_mul_ps(_mm256_set1_ps(d[r][b0]), sums(b0, r));
+#pragma GCC unroll 4
+          for (int64_t b = b0 + 1; b < b0 + BlocksPerGroup; ++b) {
+            t = _mm256_fmadd_ps(_mm256_set1_ps(d[r][b]), sums(b, r), t);
+          }
+          sum[r] = _mm256_fmadd_ps(scale, t, sum[r]);
+          bias[r] = _mm256_fmadd_ps(group_bias, _mm256_set1_ps(xsums[r][g]), bias[r]);
         }
-        sum = _mm256_fmadd_ps(_mm256_load_ps(scales[g]), t, sum);
-        bias = _mm256_fmadd_ps(_mm256_load_ps(biases[g]), _mm256_set1_ps(xsums[g]), bias);
       }
-      _mm256_store_ps(acc[i - i0], sum);
-      _mm256_store_ps(bias_acc[i - i0], bias);
+      for (int r = 0; r < R; ++r) {
+        _mm256_store_ps(acc[i + r - i0], sum[r]);
+        _mm256_store_ps(bias_acc[i + r - i0], bias[r]);
+      }
+    };
+    int64_t i = i0;
+    for (; i + kRowsTogether <= i1; i += kRowsTogether) {
+      rows_chunk.template operator()<kRowsTogether>(i);
     }
+    if (i + 2 <= i1) {
+      rows_chunk.template operator()<2>(i);
+      i += 2;
+    }
+    if (i < i1) rows_chunk.template operator()<1>(i);
   }
   for (int64_t i = i0; i < i1; ++i) {
     const __m256 y = _mm256_add_ps(_mm256_load_ps(acc[i - i0]), _mm256_load_ps(bias_acc[i - i0]));
