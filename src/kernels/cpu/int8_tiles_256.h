@@ -11,14 +11,14 @@
 // and 8 bits as 16-bit words with vpmaddwd (8-bit codes would saturate vpmaddubsw:
 // 2·255·127 > 32767). Every block of 32 inputs yields one exact int32 per row.
 //
-// A single activation row (decode) multiplies codes unpacked in registers (4 bits: two rows per
-// vector), and a transposing vphadd tree gathers the 8 rows' sums into one vector. Each tile's
-// scales and biases come from the matrix's tile values when it has them (quant.h), else from an
-// 8 x 8 transpose per chunk of 8 groups. Several rows (verify, prefill): a tile
-// unpacks its 8 rows' codes one chunk of 8 groups at a time into an L1 buffer, interleaved so that
-// each row's sums build up in its own lane with no horizontal sums, and reuses them for every
-// activation row of a block of up to 64, so an extra activation row costs the integer dot products
-// alone.
+// One or two activation rows (decode, the shortest verify) multiply codes unpacked in registers (4
+// bits: two rows per vector), and a transposing vphadd tree gathers the 8 rows' sums into one
+// vector. Each tile's scales and biases come from the matrix's tile values when it has them
+// (quant.h), else from an 8 x 8 transpose per chunk of 8 groups. More rows (verify, prefill): a
+// tile unpacks its 8 rows' codes one chunk of 8 groups at a time into an L1 buffer, interleaved so
+// that each row's sums build up in its own lane with no horizontal sums, and reuses them for every
+// activation row of a block of up to 64, 4 rows side by side, so an extra activation row costs the
+// integer dot products and its float sequence alone.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -45,6 +45,8 @@ constexpr int64_t kChunkGroups = 8;
 // Activation rows whose accumulators a tile keeps while it passes over its weights once. A larger
 // batch (prefill) passes over the weights once per block, with the block's activations in L2.
 constexpr int64_t kActivationBlockRows = 64;
+// At most this many activation rows multiply codes unpacked in registers.
+constexpr int64_t kRegisterCodeRows = 2;
 // Activation rows that share a pass over a chunk's codes (the remainder goes 2, then 1, at a time).
 constexpr int kRowsTogether = 4;
 
@@ -530,8 +532,7 @@ void read_tile_values(DType dtype, const uint8_t* values, int64_t count, float (
 constexpr int kPrefetchTilesAhead = 1;
 
 // Output rows [row0, row0 + rows) (rows <= 8) against activation rows [i0, i1) (at most
-// kActivationBlockRows). Lanes past `rows` repeat row row0 and are not stored. A single activation
-// row multiplies codes straight from registers; more share the codes through an L1 buffer.
+// kActivationBlockRows). Lanes past `rows` repeat row row0 and are not stored.
 template <int Bits, int BlocksPerGroup>
 void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t i1) {
   constexpr int kVectors = kCodeVectors<Bits>;
@@ -540,7 +541,10 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
   const int64_t groups = w.cols / group;
   const int64_t total_groups = w.experts * w.rows * groups;
   const int64_t row_bytes = w.cols * Bits / 8;
-  const bool single = i1 - i0 == 1;
+  // One or two activation rows multiply codes unpacked in registers (two rows share each
+  // unpacking); more share the codes through the interleaved L1 buffer, whose unpacking two rows
+  // do not repay (Zen 3, scripts/int8_tile_ab.sh: 2 rows 0.93-0.96x the time of the buffer).
+  const bool single = i1 - i0 <= kRegisterCodeRows;
   const uint8_t* packed[kTileRows];
   int64_t first_group[kTileRows];
   for (int r = 0; r < kTileRows; ++r) {
