@@ -485,41 +485,31 @@ void load_tile_values(const QuantMatrix& w, const int64_t* first_group, int64_t 
   }
 }
 
-// The tile values (quant.h) of `count` groups from `values` on, as load_tile_values leaves them.
-template <DType D>
-void read_tile_values_typed(const uint8_t* values, int64_t count, float (*scales)[kTileRows],
-                            float (*biases)[kTileRows]) {
-  constexpr int64_t kGroupBytes = 2 * kTileRows * (D == DType::F32 ? 4 : 2);
-  for (int64_t g = 0; g < count; ++g) {
-    const uint8_t* group = values + g * kGroupBytes;
-    if constexpr (D == DType::F32) {
-      _mm256_store_ps(scales[g], _mm256_loadu_ps(reinterpret_cast<const float*>(group)));
-      _mm256_store_ps(biases[g], _mm256_loadu_ps(reinterpret_cast<const float*>(group + 32)));
-    } else if constexpr (D == DType::F16) {
-      _mm256_store_ps(scales[g],
-                      _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(group))));
-      _mm256_store_ps(
-          biases[g],
-          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(group + 16))));
-    } else {
-      const __m256i words = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group));
-      _mm256_store_ps(scales[g],
-                      _mm256_castsi256_ps(_mm256_unpacklo_epi16(_mm256_setzero_si256(), words)));
-      _mm256_store_ps(biases[g],
-                      _mm256_castsi256_ps(_mm256_unpackhi_epi16(_mm256_setzero_si256(), words)));
-    }
+// One group's tile values (quant.h) as fp32 vectors of the tile's 8 scales and 8 biases.
+__attribute__((always_inline)) inline void tile_group_values(DType dtype, const uint8_t* group,
+                                                             __m256& scale, __m256& bias) {
+  if (dtype == DType::F32) {
+    scale = _mm256_loadu_ps(reinterpret_cast<const float*>(group));
+    bias = _mm256_loadu_ps(reinterpret_cast<const float*>(group + 32));
+  } else if (dtype == DType::F16) {
+    scale = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(group)));
+    bias = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(group + 16)));
+  } else {
+    const __m256i words = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group));
+    scale = _mm256_castsi256_ps(_mm256_unpacklo_epi16(_mm256_setzero_si256(), words));
+    bias = _mm256_castsi256_ps(_mm256_unpackhi_epi16(_mm256_setzero_si256(), words));
   }
 }
 
+// The tile values of `count` groups from `values` on, as load_tile_values leaves them.
 void read_tile_values(DType dtype, const uint8_t* values, int64_t count, float (*scales)[kTileRows],
                       float (*biases)[kTileRows]) {
-  switch (dtype) {
-    case DType::F32:
-      return read_tile_values_typed<DType::F32>(values, count, scales, biases);
-    case DType::F16:
-      return read_tile_values_typed<DType::F16>(values, count, scales, biases);
-    default:
-      return read_tile_values_typed<DType::BF16>(values, count, scales, biases);
+  const int64_t group_bytes = tile_value_group_bytes(dtype);
+  for (int64_t g = 0; g < count; ++g) {
+    __m256 scale, bias;
+    tile_group_values(dtype, values + g * group_bytes, scale, bias);
+    _mm256_store_ps(scales[g], scale);
+    _mm256_store_ps(biases[g], bias);
   }
 }
 
@@ -598,10 +588,14 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
         unpack_interleaved<Bits>(packed, (c0 + b * kInt8Block) * Bits / 8, codes[b]);
       }
     }
-    if (tile_values != nullptr) {
+    // The rows from registers read the tile values where the group loop uses them: storing them
+    // to the chunk's arrays first cost a store and a load per vector (5 % of a decode step on Zen
+    // 3); several rows share the arrays.
+    const bool values_in_loop = tile_values != nullptr && single;
+    if (tile_values != nullptr && !single) {
       read_tile_values(w.scale_dtype, tile_values + g0 * group_value_bytes, chunk_groups, scales,
                        biases);
-    } else {
+    } else if (tile_values == nullptr) {
       int64_t chunk_first[kTileRows];
       for (int r = 0; r < kTileRows; ++r) chunk_first[r] = first_group[r] + g0;
       // Lanes past `rows` repeat row row0, so the last row's values are the furthest.
@@ -612,7 +606,7 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
     // vector and run R independent float sequences side by side, which the out-of-order core
     // overlaps (measured on Zen 3, scripts/int8_tile_ab.sh: 4 rows at a time 0.82-0.85x the time of
     // one at a time for 8 and 16 rows, 2 at a time 0.91x).
-    auto rows_chunk = [&]<int R>(int64_t i) __attribute__((always_inline)) {
+    auto rows_chunk = [&]<int R, bool ValuesInLoop>(int64_t i) __attribute__((always_inline)) {
       const int8_t* x8[R];
       const float* d[R];
       const float* xsums[R];
@@ -659,7 +653,14 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
       }
       for (int64_t g = 0; g < chunk_groups; ++g) {
         const int64_t b0 = g * BlocksPerGroup;
-        const __m256 scale = _mm256_load_ps(scales[g]), group_bias = _mm256_load_ps(biases[g]);
+        __m256 scale, group_bias;
+        if constexpr (ValuesInLoop) {
+          tile_group_values(w.scale_dtype, tile_values + (g0 + g) * group_value_bytes, scale,
+                            group_bias);
+        } else {
+          scale = _mm256_load_ps(scales[g]);
+          group_bias = _mm256_load_ps(biases[g]);
+        }
 #pragma GCC unroll 4
         for (int r = 0; r < R; ++r) {
           __m256 t = _mm256_mul_ps(_mm256_set1_ps(d[r][b0]), sums(b0, r));
@@ -676,15 +677,23 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
         _mm256_store_ps(bias_acc[i + r - i0], bias[r]);
       }
     };
+    if (values_in_loop) {
+      if (i1 - i0 == 2) {
+        rows_chunk.template operator()<2, true>(i0);
+      } else {
+        rows_chunk.template operator()<1, true>(i0);
+      }
+      continue;
+    }
     int64_t i = i0;
     for (; i + kRowsTogether <= i1; i += kRowsTogether) {
-      rows_chunk.template operator()<kRowsTogether>(i);
+      rows_chunk.template operator()<kRowsTogether, false>(i);
     }
     if (i + 2 <= i1) {
-      rows_chunk.template operator()<2>(i);
+      rows_chunk.template operator()<2, false>(i);
       i += 2;
     }
-    if (i < i1) rows_chunk.template operator()<1>(i);
+    if (i < i1) rows_chunk.template operator()<1, false>(i);
   }
   for (int64_t i = i0; i < i1; ++i) {
     const __m256 y = _mm256_add_ps(_mm256_load_ps(acc[i - i0]), _mm256_load_ps(bias_acc[i - i0]));
