@@ -22,8 +22,13 @@ namespace dspark::kernels {
 void rms_norm(const float* x, int64_t rows, int64_t dim, const float* weight, float eps,
               float* out);
 
-// In place: x ← x · sigmoid(x).
+// In place: x ← x · sigmoid(x), sigmoid from kernels/cpu/exp_block.h's exp (the same bits on
+// every ISA, within a few ulp of libm's).
 void silu(float* x, int64_t n);
+// out[i] = silu(gate[i]) · up[i], or silu(gate[i]) when up is null, with `isa`'s kernel (the same
+// bits on every ISA); out may alias gate or up. silu, swiglu_columns and gated_rms_norm run it
+// with best_isa().
+void silu_product_isa(Isa isa, const float* gate, const float* up, float* out, int64_t n);
 // In place: x ← max(x, 0)².
 void relu_squared(float* x, int64_t n);
 // log(1 + exp(x)) without overflow.

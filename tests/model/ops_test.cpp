@@ -5,9 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
+
+#include "base/system_info.h"
 
 namespace dspark::kernels {
 namespace {
@@ -258,6 +263,86 @@ TEST(Elementwise, ResidualAddScaleSwigluAndSigmoidGateFollowTheirFormulas) {
   for (size_t i = 0; i < 100; ++i) {
     const bool inside = i % 50 >= 20 && i % 50 < 40;
     EXPECT_EQ(share[i], inside ? gate[i] : a[i]) << i;
+  }
+}
+
+bool isa_supported(Isa isa) {
+  const CpuFeatures& cpu = cpu_features();
+  switch (isa) {
+    case Isa::avx512vnni:
+    case Isa::avx512:
+      return cpu.avx512f && cpu.avx512dq && cpu.fma;
+    case Isa::avxvnni:
+    case Isa::avx2:
+      return cpu.avx2 && cpu.fma;
+    case Isa::scalar:
+      break;
+  }
+  return true;
+}
+
+// Units in the last place between two floats of one sign.
+int64_t ulps_apart(float a, float b) {
+  return std::abs(static_cast<int64_t>(std::bit_cast<int32_t>(a)) -
+                  static_cast<int64_t>(std::bit_cast<int32_t>(b)));
+}
+
+TEST(Elementwise, SiluGivesTheSameBitsOnEveryIsaWithinUlpsOfExactSilu) {
+  // Normal values at three scales, a sweep over the exp floor and the sign change, and the special
+  // values; 1,037 in all, so every kernel's tail runs too.
+  std::vector<float> gate = random_vector(300, 31, 1.0f);
+  for (float x : random_vector(300, 32, 12.0f)) gate.push_back(x);
+  for (float x : random_vector(300, 33, 60.0f)) gate.push_back(x);
+  for (int i = -60; i <= 60; ++i) gate.push_back(static_cast<float>(i) * 1.5f);
+  const float infinity = std::numeric_limits<float>::infinity();
+  for (float x : {0.0f, -0.0f, 1e-30f, -1e-30f, 86.9f, -86.9f, 87.0f, -87.0f, 87.1f, -87.1f, 88.8f,
+                  -88.8f, 200.0f, -200.0f, infinity, std::numeric_limits<float>::max(),
+                  -std::numeric_limits<float>::max(), std::numeric_limits<float>::denorm_min()}) {
+    gate.push_back(x);
+  }
+  const std::vector<float> up = random_vector(gate.size(), 34, 2.0f);
+  const int64_t n = static_cast<int64_t>(gate.size());
+  std::vector<float> reference(n), reference_product(n);
+  silu_product_isa(Isa::scalar, gate.data(), nullptr, reference.data(), n);
+  silu_product_isa(Isa::scalar, gate.data(), up.data(), reference_product.data(), n);
+  for (Isa isa : {Isa::avx2, Isa::avx512}) {
+    if (!isa_supported(isa)) continue;
+    std::vector<float> out(n), product(n), in_place = gate;
+    silu_product_isa(isa, gate.data(), nullptr, out.data(), n);
+    silu_product_isa(isa, gate.data(), up.data(), product.data(), n);
+    silu_product_isa(isa, in_place.data(), nullptr, in_place.data(), n);
+    EXPECT_EQ(std::memcmp(out.data(), reference.data(), n * sizeof(float)), 0) << isa_name(isa);
+    EXPECT_EQ(std::memcmp(product.data(), reference_product.data(), n * sizeof(float)), 0)
+        << isa_name(isa);
+    EXPECT_EQ(std::memcmp(in_place.data(), reference.data(), n * sizeof(float)), 0)
+        << isa_name(isa);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = gate[i];
+    EXPECT_EQ(reference_product[i], reference[i] * up[i]) << x;
+    if (std::isinf(x)) {
+      EXPECT_EQ(reference[i], infinity) << "silu(+inf) = +inf";
+      continue;
+    }
+    const float exact = static_cast<float>(silu_double(x));
+    if (x < -87.0f) {
+      // exp(-|x|) is flushed to 0 below the floor: silu is -0 there, against an exact value
+      // under 87 · e^-87 ≈ 1.4e-36.
+      EXPECT_EQ(reference[i], 0.0f) << x;
+      EXPECT_LT(std::fabs(exact), 2e-36f) << x;
+    } else if (std::fabs(exact) < std::numeric_limits<float>::min()) {
+      EXPECT_LE(std::fabs(reference[i] - exact), std::numeric_limits<float>::min()) << x;
+    } else {
+      EXPECT_LE(ulps_apart(reference[i], exact), 4) << x << ": " << reference[i] << " vs " << exact;
+    }
+  }
+  // NaN stays NaN.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) {
+    if (!isa_supported(isa)) continue;
+    std::vector<float> nans(17, nan), out(17);
+    silu_product_isa(isa, nans.data(), nullptr, out.data(), 17);
+    for (float v : out) EXPECT_TRUE(std::isnan(v)) << isa_name(isa);
   }
 }
 

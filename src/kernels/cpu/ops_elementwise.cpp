@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/system_info.h"
+#include "kernels/cpu/elementwise_impl.h"
 #include "kernels/cpu/ops_common.h"
 #include "kernels/ops.h"
 
@@ -27,14 +29,39 @@ void rms_norm(const float* x, int64_t rows, int64_t dim, const float* weight, fl
 
 namespace {
 
-float silu_of(float x) {
-  return x / (1.0f + std::exp(-x));
+using SiluProduct = void (*)(const float*, const float*, float*, int64_t);
+
+SiluProduct silu_product_kernel(Isa isa) {
+  const CpuFeatures& cpu = cpu_features();
+  switch (isa) {
+    case Isa::avx512vnni:
+    case Isa::avx512:
+      if (!(cpu.avx512f && cpu.avx512dq && cpu.fma)) break;
+      return cpu::silu_product_avx512;
+    case Isa::avxvnni:
+    case Isa::avx2:
+      if (!(cpu.avx2 && cpu.fma)) break;
+      return cpu::silu_product_avx2;
+    case Isa::scalar:
+      return cpu::silu_product_ref;
+  }
+  fail("silu: this CPU does not support the {} kernels", isa_name(isa));
+}
+
+// The kernel of best_isa(), resolved once: the element-wise steps run hundreds of times a token.
+SiluProduct silu_product_best() {
+  static const SiluProduct kernel = silu_product_kernel(best_isa());
+  return kernel;
 }
 
 }  // namespace
 
+void silu_product_isa(Isa isa, const float* gate, const float* up, float* out, int64_t n) {
+  silu_product_kernel(isa)(gate, up, out, n);
+}
+
 void silu(float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] = silu_of(x[i]);
+  silu_product_best()(x, nullptr, x, n);
 }
 
 void relu_squared(float* x, int64_t n) {
@@ -58,10 +85,10 @@ void scale_in_place(float* x, int64_t n, float s) {
 
 void swiglu_columns(float* gate, const float* up, int64_t rows, int64_t stride, int64_t begin,
                     int64_t end) {
+  const SiluProduct kernel = silu_product_best();
   for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t i = r * stride + begin; i < r * stride + end; ++i) {
-      gate[i] = silu_of(gate[i]) * up[i];
-    }
+    kernel(gate + r * stride + begin, up + r * stride + begin, gate + r * stride + begin,
+           end - begin);
   }
 }
 
@@ -86,7 +113,7 @@ void gated_rms_norm(const float* z, int64_t z_stride, const float* y, int64_t ro
   const int64_t group_size = dim / groups;
   for (int64_t t = 0; t < rows; ++t) {
     float* row = out + t * dim;
-    for (int64_t i = 0; i < dim; ++i) row[i] = silu_of(z[t * z_stride + i]) * y[t * dim + i];
+    silu_product_best()(z + t * z_stride, y + t * dim, row, dim);
     for (int64_t g = 0; g < groups; ++g) {
       rms_norm(row + g * group_size, 1, group_size, weight + g * group_size, eps,
                row + g * group_size);

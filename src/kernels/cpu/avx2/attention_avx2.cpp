@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "kernels/cpu/attention_impl.h"
+#include "kernels/cpu/avx2/exp_block_avx2.h"
 
 namespace dspark::kernels::cpu {
 namespace {
@@ -34,28 +35,6 @@ inline float reduce16_lanes(__m256 low, __m256 high) {
   const __m128 c = _mm_add_ps(_mm256_castps256_ps128(b), _mm256_extractf128_ps(b, 1));
   const __m128 d = _mm_add_ps(c, _mm_movehl_ps(c, c));
   return _mm_cvtss_f32(_mm_add_ss(d, _mm_movehdup_ps(d)));
-}
-
-inline __m256 exp_block8(__m256 x) {
-  using namespace exp_block_constants;
-  const __m256 clamped = _mm256_max_ps(x, _mm256_set1_ps(kFloor));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(clamped, _mm256_set1_ps(kLog2e)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-kLn2High), clamped);
-  r = _mm256_fmadd_ps(n, _mm256_set1_ps(-kLn2Low), r);
-  __m256 p = _mm256_set1_ps(kP0);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP1));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP2));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP3));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP4));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP5));
-  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r);
-  p = _mm256_add_ps(p, _mm256_set1_ps(1.0f));
-  const __m256i exponent =
-      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  const __m256 result = _mm256_mul_ps(p, _mm256_castsi256_ps(exponent));
-  const __m256 not_below = _mm256_cmp_ps(x, _mm256_set1_ps(kFloor), _CMP_NLT_UQ);
-  return _mm256_and_ps(result, not_below);
 }
 
 // b = (lanes 0-7) + (lanes 8-15) of the 16-lane dot products of q with four keys.

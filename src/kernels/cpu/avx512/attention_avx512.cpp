@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "kernels/cpu/attention_impl.h"
+#include "kernels/cpu/avx512/exp_block_avx512.h"
 #include "kernels/cpu/avx512/intrinsics.h"
 
 namespace dspark::kernels::cpu {
@@ -38,28 +39,6 @@ inline float reduce16_lanes(__m512 a) {
   const __m128 c = _mm_add_ps(_mm256_castps256_ps128(b), _mm256_extractf128_ps(b, 1));
   const __m128 d = _mm_add_ps(c, _mm_movehl_ps(c, c));
   return _mm_cvtss_f32(_mm_add_ss(d, _mm_movehdup_ps(d)));
-}
-
-inline __m512 exp_block16(__m512 x) {
-  using namespace exp_block_constants;
-  const __m512 clamped = _mm512_max_ps(x, _mm512_set1_ps(kFloor));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(clamped, _mm512_set1_ps(kLog2e)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-kLn2High), clamped);
-  r = _mm512_fmadd_ps(n, _mm512_set1_ps(-kLn2Low), r);
-  __m512 p = _mm512_set1_ps(kP0);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP1));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP2));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP3));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP4));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP5));
-  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r);
-  p = _mm512_add_ps(p, _mm512_set1_ps(1.0f));
-  const __m512i exponent =
-      _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-  const __m512 result = _mm512_mul_ps(p, _mm512_castsi512_ps(exponent));
-  const __mmask16 below = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kFloor), _CMP_LT_OQ);
-  return _mm512_maskz_mov_ps(static_cast<__mmask16>(~below), result);
 }
 
 // Scores of every head of the group, a tile of 16 keys at a time (the tile stays in L1 while

@@ -1,0 +1,20 @@
+// The element-wise kernels with AVX-512, sixteen values at a time; the tail runs the reference.
+#include "kernels/cpu/avx512/exp_block_avx512.h"
+#include "kernels/cpu/elementwise_impl.h"
+
+namespace dspark::kernels::cpu {
+
+void silu_product_avx512(const float* gate, const float* up, float* out, int64_t n) {
+  int64_t i = 0;
+  if (up == nullptr) {
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, silu16(_mm512_loadu_ps(gate + i)));
+  } else {
+    for (; i + 16 <= n; i += 16) {
+      _mm512_storeu_ps(out + i,
+                       _mm512_mul_ps(silu16(_mm512_loadu_ps(gate + i)), _mm512_loadu_ps(up + i)));
+    }
+  }
+  silu_product_ref(gate + i, up == nullptr ? nullptr : up + i, out + i, n - i);
+}
+
+}  // namespace dspark::kernels::cpu
