@@ -5,7 +5,8 @@
 //
 // Matrices: the default model's (SmolLM2-135M) 4-bit group-32 gate and down projections and an
 // eighth of its 8-bit tied head, bf16 scales, tile values packed as the loader packs them, enough
-// copies (>= 64 MiB) that the weights come from memory. One thread.
+// copies (>= 64 MiB) that the weights come from memory, and 4-bit tile codes (a version of the
+// tiles that predates them ignores them). One thread.
 //
 //   int8_tile_ab [rounds]      min and median microseconds per product of each side, B / A
 #include <algorithm>
@@ -40,7 +41,7 @@ struct Shape {
 };
 
 struct MatrixCopy {
-  std::vector<uint8_t> packed, scales, biases, tile_values;
+  std::vector<uint8_t> packed, scales, biases, tile_values, tile_codes;
   QuantMatrix w;
 };
 
@@ -71,6 +72,11 @@ std::vector<MatrixCopy> random_copies(const Shape& shape, std::mt19937& random) 
     copy.tile_values.resize(tile_values_bytes(w));
     pack_tile_values(w, copy.tile_values.data());
     w.tile_values = copy.tile_values.data();
+    copy.tile_codes.resize(tile_codes_bytes(w));
+    if (!copy.tile_codes.empty()) {
+      pack_tile_codes(w, copy.tile_codes.data());
+      w.tile_codes = copy.tile_codes.data();
+    }
   }
   return copies;
 }

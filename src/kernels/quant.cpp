@@ -319,11 +319,25 @@ void dequantize(const QuantMatrix& w, int64_t expert, int64_t row_begin, int64_t
       stride = 2 * cpu::kTileValueRows;
       first = tile * groups * stride;
     }
+    // Likewise the tile codes (4 bits): row r's byte j of a block is byte j % 4 of dword r of
+    // vector j / 4.
+    const uint8_t* tile_codes = nullptr;
+    if (w.tile_codes != nullptr) {
+      const int64_t tile = expert * tiles + row / cpu::kTileValueRows;
+      tile_codes = w.tile_codes + tile * (w.cols / cpu::kInt8Block) * cpu::kTileCodeBytes +
+                   row % cpu::kTileValueRows * 4;
+    }
     for (int64_t k = 0; k < w.cols; ++k) {
+      uint32_t window = 0;
       const int64_t first_bit = k * bits;
-      const int64_t byte = first_bit / 8;
-      uint32_t window = packed[byte];
-      if (byte + 1 < row_bytes) window |= static_cast<uint32_t>(packed[byte + 1]) << 8;
+      if (tile_codes != nullptr) {
+        const int64_t byte = k % cpu::kInt8Block / 2;
+        window = tile_codes[k / cpu::kInt8Block * cpu::kTileCodeBytes + byte / 4 * 32 + byte % 4];
+      } else {
+        const int64_t byte = first_bit / 8;
+        window = packed[byte];
+        if (byte + 1 < row_bytes) window |= static_cast<uint32_t>(packed[byte + 1]) << 8;
+      }
       const auto q = static_cast<float>((window >> (first_bit % 8)) & mask);
       const int64_t g = first + k / w.format.group_size * stride;
       const float product = round_to_dtype(rounding, read_scale(scales, w.scale_dtype, g) * q);
@@ -470,6 +484,48 @@ void pack_tile_values(const QuantMatrix& w, uint8_t* out, const RowsPacked& rows
       pack_tiles<uint32_t>(w, out, first, end);
     } else {
       pack_tiles<uint16_t>(w, out, first, end);
+    }
+    if (rows_packed) {
+      const int64_t last = end - 1;
+      rows_packed(last / tiles * w.rows +
+                  std::min(w.rows, (last % tiles + 1) * cpu::kTileValueRows));
+    }
+  }
+}
+
+int64_t tile_codes_bytes(const QuantMatrix& w) {
+  if (w.format.bits != 4) return 0;
+  return w.experts * cpu::tiles_per_expert(w.rows) * (w.cols / cpu::kInt8Block) *
+         cpu::kTileCodeBytes;
+}
+
+void pack_tile_codes(const QuantMatrix& w, uint8_t* out, const RowsPacked& rows_packed) {
+  if (w.format.bits != 4) fail("pack_tile_codes: {}-bit codes have no tile layout", w.format.bits);
+  constexpr int64_t kSliceTiles = 256;
+  constexpr int64_t kBlockBytes = cpu::kInt8Block / 2;  // one row's 32 codes
+  const int64_t tiles = cpu::tiles_per_expert(w.rows);
+  const int64_t blocks = w.cols / cpu::kInt8Block;
+  const int64_t row_bytes = w.cols / 2;
+  for (int64_t first = 0; first < w.experts * tiles; first += kSliceTiles) {
+    const int64_t end = std::min(w.experts * tiles, first + kSliceTiles);
+    for (int64_t tile = first; tile < end; ++tile) {
+      const int64_t expert = tile / tiles;
+      const int64_t first_row = tile % tiles * cpu::kTileValueRows;
+      uint8_t* tile_out = out + tile * blocks * cpu::kTileCodeBytes;
+      for (int r = 0; r < cpu::kTileValueRows; ++r) {
+        const bool inside = first_row + r < w.rows;
+        const uint8_t* row = w.packed + (expert * w.rows + first_row + r) * row_bytes;
+        for (int64_t b = 0; b < blocks; ++b) {
+          for (int64_t s = 0; s < cpu::kTileCodeVectors; ++s) {
+            uint8_t* dword = tile_out + b * cpu::kTileCodeBytes + s * 32 + r * 4;
+            if (inside) {
+              std::memcpy(dword, row + b * kBlockBytes + s * 4, 4);
+            } else {
+              std::memset(dword, 0, 4);
+            }
+          }
+        }
+      }
     }
     if (rows_packed) {
       const int64_t last = end - 1;

@@ -216,10 +216,10 @@ DenseTransformer::DenseTransformer(std::unique_ptr<Checkpoint> checkpoint)
 
   WeightLoader w(*checkpoint_);
   const int64_t H = c_.hidden, hd = c_.head_dim;
-  embedding_ = w.linear("model.embed_tokens", c_.vocab, H);
-  final_norm_ = w.floats("model.norm.weight", {H});
   const ConfigReader config(checkpoint_->config(), checkpoint_->path() + "/config.json");
   tied_ = config.flag("tie_word_embeddings", !w.has("lm_head.weight"));
+  embedding_ = w.embedding("model.embed_tokens", c_.vocab, H, tied_);
+  final_norm_ = w.floats("model.norm.weight", {H});
   if (!tied_) lm_head_ = w.linear("lm_head", c_.vocab, H);
   for (int64_t l = 0; l < c_.layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l);

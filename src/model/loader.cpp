@@ -81,9 +81,18 @@ std::string ConfigReader::string(const std::string& key, const std::string& fall
 
 LinearWeights WeightLoader::linear(const std::string& path, int64_t out, int64_t in,
                                    int64_t experts) {
-  LinearWeights linear = load_linear(checkpoint_, path, out, in, experts);
+  use_module(path);
+  return load_linear(checkpoint_, path, out, in, experts);
+}
+
+LinearWeights WeightLoader::embedding(const std::string& path, int64_t vocab, int64_t hidden,
+                                      bool tied) {
+  use_module(path);
+  return load_linear(checkpoint_, path, vocab, hidden, 0, true, !tied);
+}
+
+void WeightLoader::use_module(const std::string& path) {
   for (const char* suffix : {".weight", ".scales", ".biases", ".bias"}) used_.insert(path + suffix);
-  return linear;
 }
 
 std::vector<float> WeightLoader::floats(const std::string& name,

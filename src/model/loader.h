@@ -62,6 +62,8 @@ class WeightLoader {
   bool has(const std::string& name) const { return checkpoint_.has(name); }
   // load_linear, remembering the module's tensors.
   LinearWeights linear(const std::string& path, int64_t out, int64_t in, int64_t experts = 0);
+  // An embedding table: load_linear with lookups_only unless it is also the output head (tied).
+  LinearWeights embedding(const std::string& path, int64_t vocab, int64_t hidden, bool tied);
   // load_floats, remembering the tensor.
   std::vector<float> floats(const std::string& name, const std::vector<int64_t>& shape);
   // A tensor to be read by the caller, remembered.
@@ -70,6 +72,9 @@ class WeightLoader {
   void check_all_used(const std::function<bool(const std::string&)>& ignored) const;
 
  private:
+  // Remembers the tensors of the module at `path`.
+  void use_module(const std::string& path);
+
   const Checkpoint& checkpoint_;
   std::set<std::string> used_;
 };

@@ -339,11 +339,11 @@ void NemotronH::load() {
   if (embedding_path.empty()) {
     fail("{}: missing tensor 'backbone.embeddings.weight'", checkpoint_->path());
   }
-  embedding_ = w.linear(embedding_path, c_.vocab, H);
-  final_norm_ = w.floats("backbone.norm_f.weight", {H});
   // mlx-lm's nemotron_h always has its own lm_head, whatever tie_word_embeddings says; the
   // embedding table serves as the head only when a tied checkpoint carries none.
   tied_ = c_.tied && !w.has("lm_head.weight");
+  embedding_ = w.embedding(embedding_path, c_.vocab, H, tied_);
+  final_norm_ = w.floats("backbone.norm_f.weight", {H});
   if (!tied_) lm_head_ = w.linear("lm_head", c_.vocab, H);
 
   for (size_t l = 0; l < c_.pattern.size(); ++l) {

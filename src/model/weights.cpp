@@ -93,7 +93,7 @@ void LinearWeights::row(int64_t index, float* out) const {
 }
 
 LinearWeights load_linear(const Checkpoint& checkpoint, const std::string& path, int64_t out,
-                          int64_t in, int64_t experts, bool with_bias) {
+                          int64_t in, int64_t experts, bool with_bias, bool lookups_only) {
   LinearWeights linear;
   const std::string weight_name = path + ".weight";
   const TensorView& weight = checkpoint.tensor(weight_name);
@@ -177,6 +177,21 @@ LinearWeights load_linear(const Checkpoint& checkpoint, const std::string& path,
       });
       linear.quant.tile_values = values.get();
       linear.tile_values = std::move(values);
+      // Codes only for plain matrices, which every forward reads whole: an expert bank stays in
+      // the file mapping, where the experts no row routes to are never read and the page cache
+      // can evict cold ones (packing the 128 experts of a Nemotron layer made them all resident
+      // and took 7 s per 2.6 GB at load).
+      const int64_t bytes =
+          experts <= 1 && !lookups_only ? kernels::tile_codes_bytes(linear.quant) : 0;
+      if (bytes > 0) {
+        std::shared_ptr<uint8_t[]> codes = std::make_shared_for_overwrite<uint8_t[]>(bytes);
+        const int64_t code_row_bytes = words * 4;
+        kernels::pack_tile_codes(linear.quant, codes.get(), [&](int64_t rows) {
+          release_resident_pages(weight.data, static_cast<size_t>(rows * code_row_bytes));
+        });
+        linear.quant.tile_codes = codes.get();
+        linear.tile_codes = std::move(codes);
+      }
     }
   } else {
     if (checkpoint.has(biases_name)) {

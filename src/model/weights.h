@@ -22,6 +22,8 @@ struct LinearWeights {
   std::vector<float> bias;  // empty when the module has no bias
   // What quant.tile_values points into, when the loader packed them.
   std::shared_ptr<const uint8_t[]> tile_values;
+  // What quant.tile_codes points into, when the loader packed them (4-bit matrices).
+  std::shared_ptr<const uint8_t[]> tile_codes;
 
   int64_t rows() const { return quantized ? quant.rows : dense.rows; }
   int64_t cols() const { return quantized ? quant.cols : dense.cols; }
@@ -43,9 +45,13 @@ void apply_shared(const float* x, int64_t m, std::span<const LinearWeights* cons
 // Binds the module at `path`; `experts` = 0 for a plain [out, in] matrix, else the leading
 // stacked dimension. `with_bias` reads "<path>.bias" when it exists. Where this process's int8
 // products read tile values (kernels::products_read_tile_values), a quantized module's scales and
-// biases are packed into them and the originals' pages released: the values stay resident once.
+// biases are packed into them, and a plain (not stacked) 4-bit module's codes into tile codes, the
+// originals' pages released: weights stay resident once.
+// `lookups_only`: the module is only ever read a row at a time (an untied embedding table), so its
+// codes stay in the file mapping, which holds only the rows looked up.
 LinearWeights load_linear(const Checkpoint& checkpoint, const std::string& path, int64_t out,
-                          int64_t in, int64_t experts = 0, bool with_bias = true);
+                          int64_t in, int64_t experts = 0, bool with_bias = true,
+                          bool lookups_only = false);
 
 // A small unquantized vector or matrix (norm weights, biases, A_log, ...) as fp32.
 std::vector<float> load_floats(const Checkpoint& checkpoint, const std::string& name,

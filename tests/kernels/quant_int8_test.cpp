@@ -174,28 +174,21 @@ TEST_P(QuantInt8Test, GatheredProductEqualsPerExpertProducts) {
   }
 }
 
-// A matrix with tile values (quant.h) gives every ISA's int8 products, and dequantization, the bits
-// it gives without them: 37 rows (a partial last tile), 3 experts, dense and gathered, every batch
-// size kind.
-TEST_P(QuantInt8Test, TileValuesChangeNoBit) {
-  const int64_t rows = 37, cols = 5 * group(), experts = 3;
-  const auto matrix = make_quant_matrix(bits(), group(), scale_dtype(), experts, rows, cols, 23);
-  std::vector<uint8_t> values(static_cast<size_t>(tile_values_bytes(matrix.w)));
-  pack_tile_values(matrix.w, values.data());
-  QuantMatrix tiled = matrix.w;
-  tiled.tile_values = values.data();
-  // Dequantization (embedding lookups) reads the tile values too.
+// Dequantization (embedding lookups) and int8 products of `tiled` (w with tile values or codes)
+// against w's.
+void check_tiled_products(const QuantMatrix& w, const QuantMatrix& tiled, int64_t rows,
+                          int64_t cols, int64_t experts) {
   std::vector<float> from_tiles(rows * cols), from_originals(rows * cols);
   dequantize_rows(tiled, 2, 0, rows, from_tiles.data());
-  dequantize_rows(matrix.w, 2, 0, rows, from_originals.data());
+  dequantize_rows(w, 2, 0, rows, from_originals.data());
   EXPECT_EQ(compare(from_tiles.data(), from_originals.data(), rows, cols), "");
   dequantize_rows_mlx(tiled, 1, 3, rows, from_tiles.data());
-  dequantize_rows_mlx(matrix.w, 1, 3, rows, from_originals.data());
+  dequantize_rows_mlx(w, 1, 3, rows, from_originals.data());
   EXPECT_EQ(compare(from_tiles.data(), from_originals.data(), rows - 3, cols), "");
   for (int64_t m : {1, 2, 5, 17}) {
     const auto x = batch_activations(m, cols, static_cast<uint32_t>(200 + m));
     std::vector<float> reference(m * rows);
-    int8_product(Isa::scalar, x.data(), m, matrix.w, reference.data(), 2);
+    int8_product(Isa::scalar, x.data(), m, w, reference.data(), 2);
     std::vector<int32_t> ids(m);
     for (int64_t i = 0; i < m; ++i) ids[i] = static_cast<int32_t>((i * 2 + 1) % experts);
     for (Isa isa : supported_isas()) {
@@ -204,10 +197,35 @@ TEST_P(QuantInt8Test, TileValuesChangeNoBit) {
       EXPECT_EQ(compare(y.data(), reference.data(), m, rows), "") << isa_name(isa) << " m=" << m;
       std::vector<float> gathered(m * rows, -1.0f), plain(m * rows, -1.0f);
       gather_qmatmul_numerics(Numerics::int8, isa, x.data(), m, ids.data(), tiled, gathered.data());
-      gather_qmatmul_numerics(Numerics::int8, isa, x.data(), m, ids.data(), matrix.w, plain.data());
+      gather_qmatmul_numerics(Numerics::int8, isa, x.data(), m, ids.data(), w, plain.data());
       EXPECT_EQ(compare(gathered.data(), plain.data(), m, rows), "")
           << isa_name(isa) << " gathered m=" << m;
     }
+  }
+}
+
+// A matrix with tile values and, at 4 bits, tile codes (quant.h) gives every ISA's int8 products,
+// and dequantization, the bits it gives without them: 37 rows (a partial last tile), 3 experts,
+// dense and gathered, every batch size kind; codes with and without values.
+TEST_P(QuantInt8Test, TileValuesAndCodesChangeNoBit) {
+  const int64_t rows = 37, cols = 5 * group(), experts = 3;
+  const auto matrix = make_quant_matrix(bits(), group(), scale_dtype(), experts, rows, cols, 23);
+  std::vector<uint8_t> values(static_cast<size_t>(tile_values_bytes(matrix.w)));
+  pack_tile_values(matrix.w, values.data());
+  std::vector<uint8_t> codes(static_cast<size_t>(tile_codes_bytes(matrix.w)));
+  ASSERT_EQ(codes.empty(), bits() != 4);
+  if (!codes.empty()) pack_tile_codes(matrix.w, codes.data());
+  std::vector<QuantMatrix> variants(1, matrix.w);
+  variants[0].tile_values = values.data();
+  if (!codes.empty()) {
+    variants.push_back(variants[0]);
+    variants.back().tile_codes = codes.data();
+    variants.push_back(matrix.w);
+    variants.back().tile_codes = codes.data();
+  }
+  for (size_t v = 0; v < variants.size(); ++v) {
+    SCOPED_TRACE("variant " + std::to_string(v));
+    check_tiled_products(matrix.w, variants[v], rows, cols, experts);
   }
 }
 
@@ -423,8 +441,8 @@ TEST(QuantShared, EveryProductEqualsItsOwnQmatmul) {
   set_numerics(saved);
 }
 
-// Products sharing their activation rows, with tile values: the second product's rows start
-// mid-tile in the joint loop (after 37 rows), where the kernels fall back to transposing.
+// Products sharing their activation rows, with tile values and codes: the second product's rows
+// start mid-tile in the joint loop (after 37 rows), where the kernels fall back to the originals.
 TEST(QuantShared, TileValuesChangeNoBit) {
   const int64_t cols = 160;
   const auto first = make_quant_matrix(4, 32, DType::BF16, 1, 37, cols, 81);
@@ -433,9 +451,15 @@ TEST(QuantShared, TileValuesChangeNoBit) {
   std::vector<uint8_t> second_values(static_cast<size_t>(tile_values_bytes(second.w)));
   pack_tile_values(first.w, first_values.data());
   pack_tile_values(second.w, second_values.data());
+  std::vector<uint8_t> first_codes(static_cast<size_t>(tile_codes_bytes(first.w)));
+  std::vector<uint8_t> second_codes(static_cast<size_t>(tile_codes_bytes(second.w)));
+  pack_tile_codes(first.w, first_codes.data());
+  pack_tile_codes(second.w, second_codes.data());
   QuantMatrix first_tiled = first.w, second_tiled = second.w;
   first_tiled.tile_values = first_values.data();
   second_tiled.tile_values = second_values.data();
+  first_tiled.tile_codes = first_codes.data();
+  second_tiled.tile_codes = second_codes.data();
   const Numerics saved = numerics();
   set_numerics(Numerics::int8);
   for (int threads = 1; threads <= 3; ++threads) {
@@ -504,6 +528,34 @@ TEST(TileValues, PackingReportsRowsPacked) {
   pack_tile_values(matrix.w, quiet.data());
   EXPECT_EQ(rows, (std::vector<int64_t>{2048, 2100 + 1992, 4200}));
   EXPECT_EQ(reported, quiet);
+}
+
+// The tile codes' layout: byte j of row r's block b (codes 2j, 2j + 1) at byte j % 4 of dword r of
+// vector j / 4 of (tile, block); zeros past the last row; progress in stored rows as for values.
+TEST(TileCodes, EveryByteAtItsSlot) {
+  const int64_t rows = 11, cols = 96, blocks = 3, experts = 2;
+  const auto matrix = make_quant_matrix(4, 32, DType::BF16, experts, rows, cols, 95);
+  std::vector<uint8_t> codes(static_cast<size_t>(tile_codes_bytes(matrix.w)), 0xAB);
+  ASSERT_EQ(static_cast<int64_t>(codes.size()), experts * 2 * blocks * 128);
+  std::vector<int64_t> reported;
+  pack_tile_codes(matrix.w, codes.data(), [&](int64_t n) { reported.push_back(n); });
+  EXPECT_EQ(reported, (std::vector<int64_t>{experts * rows}));
+  for (int64_t expert = 0; expert < experts; ++expert) {
+    for (int64_t row = 0; row < 16; ++row) {
+      for (int64_t b = 0; b < blocks; ++b) {
+        for (int64_t j = 0; j < 16; ++j) {
+          const uint8_t* block = codes.data() + ((expert * 2 + row / 8) * blocks + b) * 128;
+          const uint8_t want =
+              row < rows ? matrix.w.packed[(expert * rows + row) * cols / 2 + b * 16 + j] : 0;
+          EXPECT_EQ(block[j / 4 * 32 + row % 8 * 4 + j % 4], want)
+              << "expert " << expert << " row " << row << " block " << b << " byte " << j;
+        }
+      }
+    }
+  }
+  const auto eight_bit = make_quant_matrix(8, 32, DType::BF16, 1, 8, 32, 96);
+  EXPECT_EQ(tile_codes_bytes(eight_bit.w), 0);
+  EXPECT_THROW(pack_tile_codes(eight_bit.w, codes.data()), Error);
 }
 
 TEST(QuantNumerics, NamesParseAndErrors) {

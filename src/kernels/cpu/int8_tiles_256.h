@@ -321,6 +321,19 @@ void unpack_interleaved(const uint8_t* const* packed, int64_t offset, __m256i* s
   }
 }
 
+// A block's interleaved steps from its tile codes (quant.h): vector s holds step s in its low
+// nibbles and step s + 4 in its high ones, so no transpose is left to do.
+__attribute__((always_inline)) inline void steps_from_tile_codes(const uint8_t* block,
+                                                                 __m256i* steps) {
+  const __m256i mask = _mm256_set1_epi8(15);
+#pragma GCC unroll 4
+  for (int s = 0; s < kTileCodeVectors; ++s) {
+    const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 32 * s));
+    steps[s] = _mm256_and_si256(codes, mask);
+    steps[s + kTileCodeVectors] = _mm256_and_si256(_mm256_srli_epi16(codes, 4), mask);
+  }
+}
+
 // The 8 rows' exact block sums from interleaved codes. Bytes: x8 holds the block's activations;
 // each step's vpmaddubsw words (2 products each) add up over the 8 steps to 16 products, at most
 // 16·15·127 < 2^15, before one vpmaddwd. Words: `activations` holds them widened to int16.
@@ -542,7 +555,17 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
     packed[r] = w.packed + stored_row * row_bytes;
     first_group[r] = stored_row * groups;
   }
-  const uint8_t* ahead = packed[0] + kPrefetchTilesAhead * kTileRows * row_bytes;
+  // The tile's own codes when the matrix has them (4 bits) and the tile starts on a tile boundary.
+  const uint8_t* tile_codes = nullptr;
+  if constexpr (Bits == 4) {
+    if (w.tile_codes != nullptr && row0 % kTileRows == 0) {
+      tile_codes = w.tile_codes + (task.expert * tiles_per_expert(w.rows) + row0 / kTileRows) *
+                                      kTileRows * row_bytes;
+    }
+  }
+  // A tile's codes are kTileRows * row_bytes bytes in either layout, the next tile's right after.
+  const uint8_t* ahead = (tile_codes != nullptr ? tile_codes : packed[0]) +
+                         kPrefetchTilesAhead * kTileRows * row_bytes;
   static_assert(kTileRows == kTileValueRows);
   const int64_t group_value_bytes = tile_value_group_bytes(w.scale_dtype);
   // The tile's own values when the matrix has them and the tile starts on a tile boundary.
@@ -583,9 +606,16 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
     for (int64_t line = 0; line < kTileRows * columns * Bits / 8; line += 64) {
       __builtin_prefetch(ahead_chunk + line, 0, 1);
     }
+    // Block b of the chunk in the tile codes.
+    const uint8_t* chunk_codes =
+        tile_codes == nullptr ? nullptr : tile_codes + c0 / kInt8Block * kTileCodeBytes;
     if (!single) {
       for (int64_t b = 0; b < blocks; ++b) {
-        unpack_interleaved<Bits>(packed, (c0 + b * kInt8Block) * Bits / 8, codes[b]);
+        if (chunk_codes != nullptr) {
+          steps_from_tile_codes(chunk_codes + b * kTileCodeBytes, codes[b]);
+        } else {
+          unpack_interleaved<Bits>(packed, (c0 + b * kInt8Block) * Bits / 8, codes[b]);
+        }
       }
     }
     // The rows from registers read the tile values where the group loop uses them: storing them
@@ -628,6 +658,11 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
       auto sums = [&](int64_t b, int r) __attribute__((always_inline)) {
         if (single) {
           if constexpr (Bits == 4) {
+            if (chunk_codes != nullptr) {
+              __m256i steps[kSteps<Bits>];
+              steps_from_tile_codes(chunk_codes + b * kTileCodeBytes, steps);
+              return _mm256_cvtepi32_ps(interleaved_sums<Bits>(steps, x8[r] + b * kInt8Block));
+            }
             __m256i pairs[kNibblePairVectors];
             unpack_nibble_pairs(packed, (c0 + b * kInt8Block) * Bits / 8, pairs);
             return _mm256_cvtepi32_ps(nibble_pair_sums(pairs, x8[r] + b * kInt8Block));

@@ -122,6 +122,11 @@ static inline TileValueSlots tile_value_slots(DType dtype, int row) {
 // Quantized activations are made and read in blocks of this many inputs.
 constexpr int64_t kInt8Block = 32;
 
+// Tile codes (quant.h): per tile and block of 32 inputs, 4 vectors of 32 bytes, dword r of vector
+// s = bytes 4s .. 4s+3 of row r's 16 bytes (codes 8s .. 8s+7, two per byte).
+constexpr int64_t kTileCodeVectors = 4;
+constexpr int64_t kTileCodeBytes = kTileCodeVectors * 32;
+
 struct KernelTable {
   void (*quant_rows)(const QuantTask& task, int64_t row_begin, int64_t row_end);
   void (*int8_rows)(const Int8Task& task, int64_t row_begin, int64_t row_end);
