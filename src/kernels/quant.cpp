@@ -62,23 +62,6 @@ void check_expert(int64_t expert, int64_t experts, const char* what) {
   }
 }
 
-bool isa_supported(Isa isa) {
-  const CpuFeatures& cpu = cpu_features();
-  switch (isa) {
-    case Isa::scalar:
-      return true;
-    case Isa::avx2:
-      return cpu.avx2 && cpu.fma && cpu.f16c;
-    case Isa::avxvnni:
-      return isa_supported(Isa::avx2) && cpu.avxvnni;
-    case Isa::avx512:
-      return cpu.avx512f && cpu.avx512bw && cpu.avx512vl && cpu.avx512dq && cpu.fma && cpu.f16c;
-    case Isa::avx512vnni:
-      return isa_supported(Isa::avx512) && cpu.avx512vnni;
-  }
-  return false;
-}
-
 void check_isa(Isa isa) {
   if (!isa_supported(isa)) fail("this CPU does not support the {} kernels", isa_name(isa));
 }
@@ -399,6 +382,23 @@ void convert_in_parallel(int64_t n, Convert convert) {
 }
 
 }  // namespace
+
+bool isa_supported(Isa isa) {
+  const CpuFeatures& cpu = cpu_features();
+  switch (isa) {
+    case Isa::scalar:
+      return true;
+    case Isa::avx2:
+      return cpu.avx2 && cpu.fma && cpu.f16c;
+    case Isa::avxvnni:
+      return isa_supported(Isa::avx2) && cpu.avxvnni;
+    case Isa::avx512:
+      return cpu.avx512f && cpu.avx512bw && cpu.avx512vl && cpu.avx512dq && cpu.fma && cpu.f16c;
+    case Isa::avx512vnni:
+      return isa_supported(Isa::avx512) && cpu.avx512vnni;
+  }
+  return false;
+}
 
 namespace cpu {
 const KernelTable& kernel_table(Isa isa) {

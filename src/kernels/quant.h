@@ -96,6 +96,8 @@ const char* isa_name(Isa isa);
 // another (an ISA the CPU lacks is refused with an error). The *_isa functions also refuse such an
 // ISA.
 Isa best_isa();
+// Whether this CPU runs `isa`'s kernels.
+bool isa_supported(Isa isa);
 
 // Tile values: a matrix's scales and biases regrouped the way the 256-bit int8 kernels (avx2,
 // avxvnni; the avx512 table runs avx2's) read them, per expert, per tile of 8 rows (the last one

@@ -10,7 +10,6 @@
 #include <random>
 #include <vector>
 
-#include "base/system_info.h"
 #include "base/thread_pool.h"
 #include "kernels/cpu/attention_impl.h"
 #include "kernels/ops.h"
@@ -54,21 +53,6 @@ struct Cache {
   }
 };
 
-bool supported(Isa isa) {
-  const CpuFeatures& cpu = cpu_features();
-  switch (isa) {
-    case Isa::avx512vnni:
-    case Isa::avx512:
-      return cpu.avx512f && cpu.avx512dq && cpu.fma;
-    case Isa::avxvnni:
-    case Isa::avx2:
-      return cpu.avx2 && cpu.fma;
-    case Isa::scalar:
-      break;
-  }
-  return true;
-}
-
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() &&
          (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
@@ -85,7 +69,7 @@ TEST(CausalAttention, EveryIsaEqualsTheReferenceAtContexts1To300) {
     const Cache cache(shape, 300, 300, 7);
     const std::vector<float> reference = cache.attend(Isa::scalar, 0, 300, 0);
     for (Isa isa : {Isa::avx2, Isa::avx512}) {
-      if (!supported(isa)) continue;
+      if (!isa_supported(isa)) continue;
       EXPECT_TRUE(same_bits(cache.attend(isa, 0, 300, 0), reference))
           << isa_name(isa) << " q_heads " << shape.q_heads << " kv_heads " << shape.kv_heads
           << " head_dim " << shape.head_dim;
@@ -100,7 +84,7 @@ TEST(CausalAttention, EveryIsaEqualsTheReferenceAtLongContexts) {
       const Cache cache(shape, 3, past + 3, 11);
       const std::vector<float> reference = cache.attend(Isa::scalar, 0, 3, past);
       for (Isa isa : {Isa::avx2, Isa::avx512}) {
-        if (!supported(isa)) continue;
+        if (!isa_supported(isa)) continue;
         EXPECT_TRUE(same_bits(cache.attend(isa, 0, 3, past), reference))
             << isa_name(isa) << " past " << past << " q_heads " << shape.q_heads;
       }
@@ -123,7 +107,7 @@ TEST(CausalAttention, ABatchOfSequencesEqualsEachSequenceAlone) {
     }
     const int64_t row_size = shape.q_heads * shape.head_dim;
     for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) {
-      if (!supported(isa)) continue;
+      if (!isa_supported(isa)) continue;
       std::vector<std::vector<float>> outputs;
       std::vector<AttentionSequence> sequences;
       for (size_t i = 0; i < std::size(parts); ++i) {
@@ -147,7 +131,7 @@ TEST(CausalAttention, RowsDoNotDependOnTheBatchOrTheThreadCount) {
     const Cache cache(shape, rows, past + rows, 3);
     const int64_t row_size = shape.q_heads * shape.head_dim;
     for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) {
-      if (!supported(isa)) continue;
+      if (!isa_supported(isa)) continue;
       set_default_threads(2);
       const std::vector<float> batch = cache.attend(isa, 0, rows, past);
       for (int threads : {1, 3}) {

@@ -12,8 +12,6 @@
 #include <random>
 #include <vector>
 
-#include "base/system_info.h"
-
 namespace dspark::kernels {
 namespace {
 
@@ -264,21 +262,6 @@ TEST(Elementwise, ResidualAddScaleSwigluAndSigmoidGateFollowTheirFormulas) {
     const bool inside = i % 50 >= 20 && i % 50 < 40;
     EXPECT_EQ(share[i], inside ? gate[i] : a[i]) << i;
   }
-}
-
-bool isa_supported(Isa isa) {
-  const CpuFeatures& cpu = cpu_features();
-  switch (isa) {
-    case Isa::avx512vnni:
-    case Isa::avx512:
-      return cpu.avx512f && cpu.avx512dq && cpu.fma;
-    case Isa::avxvnni:
-    case Isa::avx2:
-      return cpu.avx2 && cpu.fma;
-    case Isa::scalar:
-      break;
-  }
-  return true;
 }
 
 // Units in the last place between two floats of one sign.

@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "base/error.h"
-#include "base/system_info.h"
 #include "base/thread_pool.h"
 #include "kernels/cpu/attention_impl.h"
 #include "kernels/cpu/ops_common.h"
@@ -25,20 +24,20 @@ using cpu::kAttentionKeyBlock;
 using BlockKernel = void (*)(const cpu::AttentionBlock&);
 
 BlockKernel block_kernel(Isa isa) {
-  const CpuFeatures& cpu = cpu_features();
+  if (!isa_supported(isa)) {
+    fail("causal_attention: this CPU does not support the {} kernels", isa_name(isa));
+  }
   switch (isa) {
     case Isa::avx512vnni:
     case Isa::avx512:
-      if (!(cpu.avx512f && cpu.avx512dq && cpu.fma)) break;
       return cpu::attend_block_avx512;
     case Isa::avxvnni:
     case Isa::avx2:
-      if (!(cpu.avx2 && cpu.fma)) break;
       return cpu::attend_block_avx2;
     case Isa::scalar:
-      return cpu::attend_block_ref;
+      break;
   }
-  fail("causal_attention: this CPU does not support the {} kernels", isa_name(isa));
+  return cpu::attend_block_ref;
 }
 
 }  // namespace

@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "base/error.h"
-#include "base/system_info.h"
 #include "kernels/cpu/elementwise_impl.h"
 #include "kernels/cpu/ops_common.h"
 #include "kernels/ops.h"
@@ -32,20 +31,18 @@ namespace {
 using SiluProduct = void (*)(const float*, const float*, float*, int64_t);
 
 SiluProduct silu_product_kernel(Isa isa) {
-  const CpuFeatures& cpu = cpu_features();
+  if (!isa_supported(isa)) fail("silu: this CPU does not support the {} kernels", isa_name(isa));
   switch (isa) {
     case Isa::avx512vnni:
     case Isa::avx512:
-      if (!(cpu.avx512f && cpu.avx512dq && cpu.fma)) break;
       return cpu::silu_product_avx512;
     case Isa::avxvnni:
     case Isa::avx2:
-      if (!(cpu.avx2 && cpu.fma)) break;
       return cpu::silu_product_avx2;
     case Isa::scalar:
-      return cpu::silu_product_ref;
+      break;
   }
-  fail("silu: this CPU does not support the {} kernels", isa_name(isa));
+  return cpu::silu_product_ref;
 }
 
 // The kernel of best_isa(), resolved once: the element-wise steps run hundreds of times a token.
