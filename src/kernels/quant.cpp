@@ -474,23 +474,36 @@ void pack_tiles(const QuantMatrix& w, uint8_t* out, int64_t first, int64_t end) 
 
 }  // namespace
 
-void pack_tile_values(const QuantMatrix& w, uint8_t* out, const RowsPacked& rows_packed) {
-  // Tiles per slice: a loader's originals and packed values are both resident for one slice only.
+namespace {
+
+// Calls pack(first, end) for w's tiles (every expert's, in stored order) a slice at a time, and
+// after each slice rows_packed (when given) with the stored rows packed so far: a loader's
+// originals and packed copy are both resident for one slice only.
+template <typename Pack>
+void pack_in_slices(const QuantMatrix& w, const RowsPacked& rows_packed, const Pack& pack) {
   constexpr int64_t kSliceTiles = 256;
   const int64_t tiles = cpu::tiles_per_expert(w.rows);
   for (int64_t first = 0; first < w.experts * tiles; first += kSliceTiles) {
     const int64_t end = std::min(w.experts * tiles, first + kSliceTiles);
-    if (w.scale_dtype == DType::F32) {
-      pack_tiles<uint32_t>(w, out, first, end);
-    } else {
-      pack_tiles<uint16_t>(w, out, first, end);
-    }
+    pack(first, end);
     if (rows_packed) {
       const int64_t last = end - 1;
       rows_packed(last / tiles * w.rows +
                   std::min(w.rows, (last % tiles + 1) * cpu::kTileValueRows));
     }
   }
+}
+
+}  // namespace
+
+void pack_tile_values(const QuantMatrix& w, uint8_t* out, const RowsPacked& rows_packed) {
+  pack_in_slices(w, rows_packed, [&](int64_t first, int64_t end) {
+    if (w.scale_dtype == DType::F32) {
+      pack_tiles<uint32_t>(w, out, first, end);
+    } else {
+      pack_tiles<uint16_t>(w, out, first, end);
+    }
+  });
 }
 
 int64_t tile_codes_bytes(const QuantMatrix& w) {
@@ -501,13 +514,11 @@ int64_t tile_codes_bytes(const QuantMatrix& w) {
 
 void pack_tile_codes(const QuantMatrix& w, uint8_t* out, const RowsPacked& rows_packed) {
   if (w.format.bits != 4) fail("pack_tile_codes: {}-bit codes have no tile layout", w.format.bits);
-  constexpr int64_t kSliceTiles = 256;
   constexpr int64_t kBlockBytes = cpu::kInt8Block / 2;  // one row's 32 codes
   const int64_t tiles = cpu::tiles_per_expert(w.rows);
   const int64_t blocks = w.cols / cpu::kInt8Block;
   const int64_t row_bytes = w.cols / 2;
-  for (int64_t first = 0; first < w.experts * tiles; first += kSliceTiles) {
-    const int64_t end = std::min(w.experts * tiles, first + kSliceTiles);
+  pack_in_slices(w, rows_packed, [&](int64_t first, int64_t end) {
     for (int64_t tile = first; tile < end; ++tile) {
       const int64_t expert = tile / tiles;
       const int64_t first_row = tile % tiles * cpu::kTileValueRows;
@@ -527,12 +538,7 @@ void pack_tile_codes(const QuantMatrix& w, uint8_t* out, const RowsPacked& rows_
         }
       }
     }
-    if (rows_packed) {
-      const int64_t last = end - 1;
-      rows_packed(last / tiles * w.rows +
-                  std::min(w.rows, (last % tiles + 1) * cpu::kTileValueRows));
-    }
-  }
+  });
 }
 
 bool products_read_tile_values() {
