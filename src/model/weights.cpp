@@ -92,6 +92,24 @@ void LinearWeights::row(int64_t index, float* out) const {
   }
 }
 
+void pack_tile_layouts(LinearWeights& linear, bool with_codes,
+                       const kernels::RowsPacked& values_packed,
+                       const kernels::RowsPacked& codes_packed) {
+  if (!linear.quantized || !kernels::products_read_tile_values()) return;
+  // Not zeroed first: packing writes every byte.
+  std::shared_ptr<uint8_t[]> values =
+      std::make_shared_for_overwrite<uint8_t[]>(kernels::tile_values_bytes(linear.quant));
+  kernels::pack_tile_values(linear.quant, values.get(), values_packed);
+  linear.quant.tile_values = values.get();
+  linear.tile_values = std::move(values);
+  const int64_t bytes = with_codes ? kernels::tile_codes_bytes(linear.quant) : 0;
+  if (bytes == 0) return;
+  std::shared_ptr<uint8_t[]> codes = std::make_shared_for_overwrite<uint8_t[]>(bytes);
+  kernels::pack_tile_codes(linear.quant, codes.get(), codes_packed);
+  linear.quant.tile_codes = codes.get();
+  linear.tile_codes = std::move(codes);
+}
+
 LinearWeights load_linear(const Checkpoint& checkpoint, const std::string& path, int64_t out,
                           int64_t in, int64_t experts, bool with_bias, bool lookups_only) {
   LinearWeights linear;
@@ -158,41 +176,29 @@ LinearWeights load_linear(const Checkpoint& checkpoint, const std::string& path,
     linear.quant.rows = out;
     linear.quant.cols = in;
     linear.quant.format = format;
-    if (kernels::products_read_tile_values()) {
-      // Not zeroed first: packing writes every byte.
-      std::shared_ptr<uint8_t[]> values =
-          std::make_shared_for_overwrite<uint8_t[]>(kernels::tile_values_bytes(linear.quant));
-      const int64_t row_bytes = linear.quant.groups_per_row() * dtype_size(scales.dtype);
-      // MLX checkpoints store a module's biases right before its scales: released as one range,
-      // the page they share goes too (small matrices' tensors are a few pages each).
-      const bool adjacent = biases.data + biases.nbytes == scales.data;
-      kernels::pack_tile_values(linear.quant, values.get(), [&](int64_t rows) {
-        const auto bytes = static_cast<size_t>(rows * row_bytes);
-        if (adjacent && rows == linear.quant.experts * out) {
-          release_resident_pages(biases.data, biases.nbytes + scales.nbytes);
-          return;
-        }
-        release_resident_pages(scales.data, bytes);
-        release_resident_pages(biases.data, bytes);
-      });
-      linear.quant.tile_values = values.get();
-      linear.tile_values = std::move(values);
-      // Codes only for plain matrices, which every forward reads whole: an expert bank stays in
-      // the file mapping, where the experts no row routes to are never read and the page cache
-      // can evict cold ones (packing the 128 experts of a Nemotron layer made them all resident
-      // and took 7 s per 2.6 GB at load).
-      const int64_t bytes =
-          experts <= 1 && !lookups_only ? kernels::tile_codes_bytes(linear.quant) : 0;
-      if (bytes > 0) {
-        std::shared_ptr<uint8_t[]> codes = std::make_shared_for_overwrite<uint8_t[]>(bytes);
-        const int64_t code_row_bytes = words * 4;
-        kernels::pack_tile_codes(linear.quant, codes.get(), [&](int64_t rows) {
+    const int64_t row_bytes = linear.quant.groups_per_row() * dtype_size(scales.dtype);
+    // MLX checkpoints store a module's biases right before its scales: released as one range,
+    // the page they share goes too (small matrices' tensors are a few pages each).
+    const bool adjacent = biases.data + biases.nbytes == scales.data;
+    const int64_t code_row_bytes = words * 4;
+    // Codes only for plain matrices, which every forward reads whole: an expert bank stays in
+    // the file mapping, where the experts no row routes to are never read and the page cache
+    // can evict cold ones (packing the 128 experts of a Nemotron layer made them all resident
+    // and took 7 s per 2.6 GB at load).
+    pack_tile_layouts(
+        linear, experts <= 1 && !lookups_only,
+        [&](int64_t rows) {
+          const auto bytes = static_cast<size_t>(rows * row_bytes);
+          if (adjacent && rows == linear.quant.experts * out) {
+            release_resident_pages(biases.data, biases.nbytes + scales.nbytes);
+            return;
+          }
+          release_resident_pages(scales.data, bytes);
+          release_resident_pages(biases.data, bytes);
+        },
+        [&](int64_t rows) {
           release_resident_pages(weight.data, static_cast<size_t>(rows * code_row_bytes));
         });
-        linear.quant.tile_codes = codes.get();
-        linear.tile_codes = std::move(codes);
-      }
-    }
   } else {
     if (checkpoint.has(biases_name)) {
       fail("{}: module '{}' has '{}' but no scales: a quantized module needs both",

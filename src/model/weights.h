@@ -53,6 +53,14 @@ LinearWeights load_linear(const Checkpoint& checkpoint, const std::string& path,
                           int64_t in, int64_t experts = 0, bool with_bias = true,
                           bool lookups_only = false);
 
+// Where this process's int8 products read tile values (kernels::products_read_tile_values), packs
+// a quantized module's tile values and, `with_codes`, its tile codes (4-bit only), and points the
+// matrix at them; the packing callbacks are as kernels::pack_tile_values' rows_packed. Otherwise
+// (or for an unquantized module) does nothing.
+void pack_tile_layouts(LinearWeights& linear, bool with_codes,
+                       const kernels::RowsPacked& values_packed = {},
+                       const kernels::RowsPacked& codes_packed = {});
+
 // A small unquantized vector or matrix (norm weights, biases, A_log, ...) as fp32.
 std::vector<float> load_floats(const Checkpoint& checkpoint, const std::string& name,
                                const std::vector<int64_t>& shape);

@@ -482,7 +482,8 @@ void DrafterTensors::require(const std::string& name, const std::string& what) c
 }
 
 std::unique_ptr<DrafterLinear> DrafterTensors::linear(const std::string& path, int64_t out,
-                                                      int64_t in, bool quantize) {
+                                                      int64_t in, bool quantize,
+                                                      bool lookups_only) {
   auto result = std::make_unique<DrafterLinear>();
   result->weights = loader_.linear(path, out, in);
   LinearWeights& w = result->weights;
@@ -508,6 +509,10 @@ std::unique_ptr<DrafterLinear> DrafterTensors::linear(const std::string& path, i
   w.quant.cols = in;
   w.quant.format = format;
   w.dense = {};
+  // The originals stay: the products of other ISAs, a tile's mid-tile start and row lookups
+  // without tile codes read them. A drafter's matrices are a few MB, so this second copy is
+  // small next to the target's.
+  pack_tile_layouts(w, !lookups_only);
   return result;
 }
 

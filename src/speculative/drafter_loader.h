@@ -90,8 +90,10 @@ class DrafterTensors {
   // Throws "<checkpoint>: <what> tensor '<name>' is missing" before any other check, so a
   // renamed fc / hidden_norm / norm / Markov weight is named as such.
   void require(const std::string& name, const std::string& what) const;
+  // A module quantized here gets tile values and, unless it is only ever read a row at a time
+  // (`lookups_only`: an embedding, Markov W1), tile codes, as load_linear's do.
   std::unique_ptr<DrafterLinear> linear(const std::string& path, int64_t out, int64_t in,
-                                        bool quantize = true);
+                                        bool quantize = true, bool lookups_only = false);
   std::vector<float> floats(const std::string& name, const std::vector<int64_t>& shape);
   const TensorView& tensor(const std::string& name) { return loader_.tensor(name); }
   // Throws naming the first checkpoint tensor never bound and not in `ignored`.

@@ -32,7 +32,7 @@ DSparkHead::DSparkHead(const std::string& directory, const Model& target,
   DrafterTensors t(*checkpoint_, options.bits);
   const int64_t H = b.hidden, V = b.vocab, Vd = config_.draft_vocab, r = config_.markov_rank;
   backbone_ = std::make_unique<DrafterBackbone>(b, t);
-  if (t.has("embed_tokens.weight")) embed_ = t.linear("embed_tokens", V, H);
+  if (t.has("embed_tokens.weight")) embed_ = t.linear("embed_tokens", V, H, true, true);
   if (t.has("lm_head.weight")) {
     lm_head_ = t.linear("lm_head", Vd, H);
   } else if (Vd != V) {
@@ -42,7 +42,7 @@ DSparkHead::DSparkHead(const std::string& directory, const Model& target,
   if (r > 0) {
     t.require("markov_head.markov_w1.weight", "Markov W1");
     t.require("markov_head.markov_w2.weight", "Markov W2");
-    markov_w1_ = t.linear("markov_head.markov_w1", V, r);
+    markov_w1_ = t.linear("markov_head.markov_w1", V, r, true, true);
     markov_w2_ = t.linear("markov_head.markov_w2", Vd, r);
   }
   if (t.has("confidence_head.proj.weight")) {

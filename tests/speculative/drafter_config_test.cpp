@@ -1,9 +1,13 @@
 // Drafter config.json values are range checked by field name before any tensor is bound.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <functional>
 
+#include "../model/tiny_checkpoint.h"
 #include "base/error.h"
+#include "formats/checkpoint.h"
+#include "kernels/quant.h"
 #include "speculative/drafter_loader.h"
 
 namespace dspark {
@@ -100,6 +104,44 @@ TEST(DrafterConfig, DFlashDegenerateSizesNameTheField) {
             "drafter/config.json: field 'mask_token_id' is -1; it must be in [0, 95]");
   EXPECT_EQ(dflash_error([](json& c) { c["head_dim"] = 0; }),
             "drafter/config.json: field 'head_dim' is 0; it must be in [2, 4096]");
+}
+
+// A module quantized at load gets the tile layouts the target's modules get where this CPU's
+// products read them (codes only for a matrix that is multiplied, not looked up), and its products
+// and rows stay what the plain quantized matrix gives.
+TEST(DrafterTensors, ModulesQuantizedAtLoadGetTileLayouts) {
+  testing::TinyCheckpoint tiny(7);
+  tiny.linear("proj", 20, 128);
+  tiny.linear("table", 24, 64);
+  tiny.config = dspark_config();
+  Checkpoint checkpoint(tiny.write());
+  DrafterTensors tensors(checkpoint, 4);
+  const auto proj = tensors.linear("proj", 20, 128);
+  const auto table = tensors.linear("table", 24, 64, true, true);
+  ASSERT_TRUE(proj->weights.quantized);
+  ASSERT_TRUE(table->weights.quantized);
+  const bool tiles = kernels::products_read_tile_values();
+  EXPECT_EQ(proj->weights.quant.tile_values != nullptr, tiles);
+  EXPECT_EQ(proj->weights.quant.tile_codes != nullptr, tiles);
+  EXPECT_EQ(table->weights.quant.tile_values != nullptr, tiles);
+  EXPECT_EQ(table->weights.quant.tile_codes, nullptr);
+
+  LinearWeights plain = proj->weights;
+  plain.quant.tile_values = nullptr;
+  plain.quant.tile_codes = nullptr;
+  for (int64_t m : {1, 3, 9}) {
+    std::vector<float> x(m * 128);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i));
+    std::vector<float> with_tiles(m * 20), without(m * 20);
+    proj->weights.apply(x.data(), m, with_tiles.data());
+    plain.apply(x.data(), m, without.data());
+    EXPECT_EQ(std::memcmp(with_tiles.data(), without.data(), without.size() * sizeof(float)), 0)
+        << "m = " << m;
+  }
+  std::vector<float> row(128), plain_row(128);
+  proj->weights.row(13, row.data());
+  plain.row(13, plain_row.data());
+  EXPECT_EQ(row, plain_row);
 }
 
 }  // namespace
