@@ -1,11 +1,13 @@
 #pragma once
 // A persistent pool of worker threads for the kernels' parallel loops.
 //
-// parallel_for cuts [0, n) into chunks (multiples of `grain`) that the calling thread and the
+// parallel_for cuts [0, n) into ranges (multiples of `grain`) that the calling thread and the
 // workers claim from a shared counter, so a worker the OS has not scheduled yet (a busy or
-// oversubscribed machine) never stalls the loop: whoever runs takes the next chunk. Workers spin
-// for 1 ms after a loop before they sleep, since decode issues hundreds of small parallel loops
-// per token with serial gaps between them, and a futex wake costs tens of microseconds.
+// oversubscribed machine) never stalls the loop: whoever runs takes the next range. Ranges shrink
+// as the loop proceeds (guided scheduling), so threads finish within about a grain of each other.
+// Workers spin for 1 ms after a loop before they sleep, since decode issues hundreds of small
+// parallel loops per token with serial gaps between them, and a futex wake costs tens of
+// microseconds.
 //
 // One parallel_for at a time per pool (calls are serialised); bodies must not call parallel_for
 // on the same pool.
@@ -39,10 +41,11 @@ class ThreadPool {
   struct Job {
     const std::function<void(int64_t, int64_t, int)>* body = nullptr;
     int64_t n = 0;
-    int64_t chunk = 1;
-    int64_t chunks = 0;
-    std::atomic<int64_t> next{0};
-    std::atomic<int64_t> done{0};
+    int64_t grain = 1;
+    int64_t grains = 0;
+    int64_t share_divisor = 1;
+    std::atomic<int64_t> next{0};  // the first grain no range has claimed
+    std::atomic<int64_t> done{0};  // grains whose ranges have run
   };
 
   void worker_loop(int index);

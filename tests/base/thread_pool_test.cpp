@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <mutex>
+#include <utility>
 #include <vector>
 
 namespace dspark {
@@ -19,6 +22,27 @@ TEST(ThreadPool, CoversEveryIndexOnceWithGrainAlignedRanges) {
       for (int64_t i = begin; i < end; ++i) hits[i].fetch_add(1);
     });
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "n " << n << " index " << i;
+  }
+}
+
+// Guided ranges: the first is a share of the whole loop, the last ones a single grain, so a thread
+// that finishes first waits for at most a grain of another's work.
+TEST(ThreadPool, RangesShrinkToSingleGrains) {
+  ThreadPool pool(2);
+  std::mutex mutex;
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  pool.parallel_for(1000, 10, [&](int64_t begin, int64_t end, int) {
+    std::lock_guard<std::mutex> lock(mutex);
+    ranges.emplace_back(begin, end);
+  });
+  std::sort(ranges.begin(), ranges.end());
+  ASSERT_GE(ranges.size(), 2u);
+  EXPECT_EQ(ranges.front(), std::make_pair(int64_t{0}, int64_t{250}));
+  EXPECT_EQ(ranges.back().second, 1000);
+  EXPECT_EQ(ranges.back().second - ranges.back().first, 10);
+  for (size_t i = 1; i < ranges.size(); ++i) {
+    EXPECT_EQ(ranges[i].first, ranges[i - 1].second);
+    EXPECT_LE(ranges[i].second - ranges[i].first, ranges[i - 1].second - ranges[i - 1].first);
   }
 }
 
