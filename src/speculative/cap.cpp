@@ -195,6 +195,14 @@ AutoCapController::AutoCapController(CostCurves curves, int max_cap, Params para
       timing_(static_cast<size_t>(std::max(max_cap, 1)) + 1) {
   if (curves_.empty()) fail("the draft-cap controller needs measured verify costs");
   if (max_cap < 1) fail("the largest draft cap must be at least 1, not {}", max_cap);
+  // Where the measured costs say that no cap pays even at the prior, rounds at init_cap would
+  // lose until enough observations allow parking: start parked, probing (§16.4), with the prior
+  // worth the observations that parking needs, so that one accepted probe (which alone would
+  // make the running mean 1) does not end a park the costs chose.
+  if (params_.allow_parking && derive_cap(curves_, max_cap_, p_, context_) == 0) {
+    cap_ = 0;
+    observations_ = params_.min_obs_to_park;
+  }
 }
 
 double AutoCapController::model_rate(int cap) const {

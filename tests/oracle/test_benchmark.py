@@ -6,6 +6,7 @@ scripts/benchmark_table.py turns the JSON into a Markdown table."""
 
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -98,7 +99,10 @@ def test_json_aggregates_follow_the_trials(benchmark_run):
     assert plain["accept"] == 1.0 and plain["speedup"] == 1.0
     assert all(run["matches_plain"] is True for run in result["runs"])
     assert pinned["cap"] == 2 and pinned["drafted"] > 0
-    assert auto["cap"] == 2 and auto["cap_choice"] == "auto"
+    # auto starts at 2 unless the measured costs say no cap pays even at its prior: then parked.
+    assert auto["cap_choice"] == "auto" and auto["cap"] in (0, 2)
+    if result["drafter_calibrations"]["dspark"]["derived_cap"] == 0:
+        assert auto["cap"] == 0
     assert result["skipped"] == []
     assert result["drafter"].endswith("nemotron-h-tiny-DSpark")
     for run in result["runs"]:
@@ -175,7 +179,7 @@ def test_markdown_table_from_the_json(benchmark_run):
     ).stdout
     rows = [line for line in table.splitlines() if line.startswith("| nemotron-h-tiny")]
     assert len(rows) == 4
-    assert "| dspark cap=auto | auto (from 2) |" in rows[2]
+    assert re.search(r"\| dspark cap=auto \| auto \(from [02]\) \|", rows[2])
     assert "dspark with its drafter: derived cap" in table
     assert "| lookup |" in rows[3] and all("| yes |" in row for row in rows[1:])
     assert "Roofline" in table

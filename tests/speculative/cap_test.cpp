@@ -317,6 +317,40 @@ TEST(AutoCapController, NeverParksWithoutPermissionOrEnoughObservations) {
   EXPECT_EQ(*std::min_element(early.caps.begin(), early.caps.end()), 1);
 }
 
+// Costs on which no cap pays even at the prior (as in DeriveCap.PlainDecodingWhenNoCapPays): the
+// controller starts parked, probing after 8 plain steps, with the prior worth the 12 observations
+// parking needs. One accepted probe does not end the park; a run of them does, once cap 1 has
+// been observed for the 4 rounds after which its own measured rate prices it.
+TEST(AutoCapController, StartsParkedWhereNoCapPaysAtThePrior) {
+  const CostCurves curves = curves_of({10, 11, 12, 13}, {7, 14, 21});
+  ASSERT_EQ(derive_cap(curves, 3, AutoCapController::Params{}.prior_p), 0);
+  ASSERT_GT(derive_cap(curves, 3, 0.99), 0);
+  AutoCapController controller(curves, 3);
+  EXPECT_TRUE(controller.parked());
+  EXPECT_EQ(controller.observations(), 12);
+  std::vector<int> caps;
+  for (int round = 0; round < 9; ++round) caps.push_back(controller.cap_for_round());
+  EXPECT_EQ(caps, (std::vector<int>{0, 0, 0, 0, 0, 0, 0, 0, 1}));
+  controller.on_round(1, 1, curves.round_ms(1, 512) / 1000.0, 2);
+  EXPECT_TRUE(controller.parked());
+  EXPECT_NEAR(controller.acceptance(), 0.65 + 0.35 / 13, 1e-9);
+  int probes = 1;
+  for (int round = 0; round < 1000 && controller.parked(); ++round) {
+    const int cap = controller.cap_for_round();
+    if (cap == 0) continue;
+    ++probes;
+    controller.on_round(cap, cap, curves.round_ms(cap, 512) / 1000.0, cap + 1);
+  }
+  EXPECT_FALSE(controller.parked());
+  EXPECT_EQ(probes, 4);
+
+  AutoCapController::Params no_parking;
+  no_parking.allow_parking = false;
+  AutoCapController unparked(curves, 3, no_parking);
+  EXPECT_FALSE(unparked.parked());
+  EXPECT_EQ(unparked.cap_for_round(), 2);
+}
+
 TEST(AutoCapController, RecoversFromParkingWhenAcceptanceReturns) {
   const CostCurves curves = controller_curves();
   AutoCapController controller(curves, 7);
