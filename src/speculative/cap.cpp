@@ -296,12 +296,19 @@ void AutoCapController::on_round(int cap_used, int accepted, double seconds, int
     const double timing_ratio = curves_.round_ms(cap_used, context_) / timing.ms_per_round;
     correction_ += params_.correction_rate * (timing_ratio - correction_);
   }
-  // A probe decides at once whether to leave the parked state; while the drafter stays wrong the
-  // probes, each a full round at a loss, grow rarer.
+  // A probe decides at once whether to leave the parked state. Probes that do not end it, each
+  // a round at a loss, grow rarer: at once when the draft was rejected, and also when it was
+  // accepted but cap 1's own measured rate (probes count as cap-1 rounds) already prices it
+  // below plain steps. Only an accepted probe while that rate is still unmeasured brings the
+  // probes back to probe_every, so that a drafter which starts to pay is measured soon.
   if (cap_ == 0 && probing_) {
-    probe_gap_ = accepted > 0 ? params_.probe_every
-                              : std::min<int64_t>(2 * probe_gap_, params_.max_probe_every);
     repick();
+    if (cap_ == 0) {
+      const bool cap1_measured = timing_[1].rounds >= params_.min_rounds_observed;
+      probe_gap_ = accepted > 0 && !cap1_measured
+                       ? params_.probe_every
+                       : std::min<int64_t>(2 * probe_gap_, params_.max_probe_every);
+    }
   }
 }
 

@@ -102,13 +102,14 @@ int derive_cap(const CostCurves& curves, int max_cap, const std::vector<double>&
 // The per-round controller (--max-draft auto, §16.4): a running-mean-then-EWMA estimate of the
 // per-slot acceptance p, per-cap timing, a re-pick every few rounds with hysteresis, and parking
 // at cap 0 (plain steps with a cap-1 probe, every probe_every rounds at first; the gap doubles
-// after each probe whose draft is rejected, up to max_probe_every, and resets when one is
-// accepted) when speculation loses. It starts parked where, on the measured costs, no cap pays
-// even at prior_p (derive_cap gives 0); otherwise at init_cap.
-// Two readings of the spec's sketch, both forced by tests on synthetic streams: a cap's observed
-// rate is EWMA(committed) / EWMA(round time), not an EWMA of per-round ratios (which overstates
-// the cost of noisy rounds); and the global correction scales modelled round *times* only, so a
-// lucky acceptance streak cannot make every unobserved cap, parking included, look better.
+// after each probe that does not end the park, up to max_probe_every, except that an accepted
+// probe resets it while cap 1's rate is not yet measured) when speculation loses. It starts parked
+// where, on the measured costs, no cap pays even at prior_p (derive_cap gives 0); otherwise at
+// init_cap. Two readings of the spec's sketch, both forced by tests on synthetic streams: a cap's
+// observed rate is EWMA(committed) / EWMA(round time), not an EWMA of per-round ratios (which
+// overstates the cost of noisy rounds); and the global correction scales modelled round *times*
+// only, so a lucky acceptance streak cannot make every unobserved cap, parking included, look
+// better.
 class AutoCapController : public CapPolicy {
  public:
   struct Params {

@@ -286,8 +286,10 @@ TEST(AutoCapController, ParksWhenSpeculationLosesAndProbesLessAndLess) {
   EXPECT_EQ(controller.probe_gap(), 64);
 }
 
-// One accepted probe draft brings the probes back to every 8 plain steps.
-TEST(AutoCapController, AnAcceptedProbeResetsTheProbeGap) {
+// An accepted probe brings the probes back to every 8 plain steps only while cap 1's rate is
+// unmeasured. Here cap 1 was measured before and while parking, at a loss: an accepted probe
+// that leaves the park in place leaves the probes 64 plain steps apart.
+TEST(AutoCapController, AnAcceptedProbeResetsTheProbeGapOnlyWhileCapOneIsUnmeasured) {
   const CostCurves curves = controller_curves();
   AutoCapController controller(curves, 7);
   Simulation sim{controller, curves};
@@ -299,7 +301,44 @@ TEST(AutoCapController, AnAcceptedProbeResetsTheProbeGap) {
     controller.on_round(cap, 1, curves.round_ms(cap, 512) / 1000.0, 2);
     break;
   }
-  EXPECT_EQ(controller.probe_gap(), 8);
+  EXPECT_TRUE(controller.parked());
+  EXPECT_EQ(controller.probe_gap(), 64);
+
+  // Parked from the start (no cap measured yet), an accepted probe resets the gap.
+  const CostCurves losing = curves_of({10, 11, 12, 13}, {7, 14, 21});
+  AutoCapController fresh(losing, 3);
+  ASSERT_TRUE(fresh.parked());
+  for (int round = 0; round < 200; ++round) {
+    const int cap = fresh.cap_for_round();
+    if (cap == 0) continue;
+    fresh.on_round(cap, 0, losing.round_ms(cap, 512) / 1000.0, 1);
+    break;
+  }
+  ASSERT_EQ(fresh.probe_gap(), 16);
+  for (int round = 0; round < 200; ++round) {
+    const int cap = fresh.cap_for_round();
+    if (cap == 0) continue;
+    fresh.on_round(cap, 1, losing.round_ms(cap, 512) / 1000.0, 2);
+    break;
+  }
+  EXPECT_TRUE(fresh.parked());
+  EXPECT_EQ(fresh.probe_gap(), 8);
+}
+
+// A drafter right about half the time on costs where cap 1 loses even so (1.45 tokens in 18 ms
+// against 1 in 10): parked from the start, its probes back off to every 64 plain steps once four
+// of them have measured cap 1, accepted or not, instead of returning to every 8 after each
+// accepted one.
+TEST(AutoCapController, ProbesOfAHalfRightDrafterGrowRare) {
+  const CostCurves curves = curves_of({10, 11, 12, 13}, {7, 14, 21});
+  AutoCapController controller(curves, 3);
+  Simulation sim{controller, curves};
+  sim.run(3000, 0.45);
+  EXPECT_TRUE(controller.parked());
+  const auto probes = std::count(sim.caps.begin(), sim.caps.end(), 1);
+  EXPECT_EQ(std::count_if(sim.caps.begin(), sim.caps.end(), [](int cap) { return cap > 1; }), 0);
+  EXPECT_LT(probes, 3000 / 50);
+  EXPECT_EQ(controller.probe_gap(), 64);
 }
 
 TEST(AutoCapController, NeverParksWithoutPermissionOrEnoughObservations) {
@@ -333,6 +372,7 @@ TEST(AutoCapController, StartsParkedWhereNoCapPaysAtThePrior) {
   EXPECT_EQ(caps, (std::vector<int>{0, 0, 0, 0, 0, 0, 0, 0, 1}));
   controller.on_round(1, 1, curves.round_ms(1, 512) / 1000.0, 2);
   EXPECT_TRUE(controller.parked());
+  EXPECT_EQ(controller.probe_gap(), 8);
   EXPECT_NEAR(controller.acceptance(), 0.65 + 0.35 / 13, 1e-9);
   int probes = 1;
   for (int round = 0; round < 1000 && controller.parked(); ++round) {
