@@ -259,6 +259,18 @@ TEST(AutoCapController, FallingAcceptanceLowersTheCap) {
   EXPECT_EQ(std::count(sim.caps.end() - 100, sim.caps.end(), 0), 0);
 }
 
+// Runs plain steps up to the parked controller's next probe and reports that probe with
+// `accepted` of its one draft accepted.
+void answer_next_probe(AutoCapController& controller, const CostCurves& curves, int accepted) {
+  for (int round = 0; round < 200; ++round) {
+    const int cap = controller.cap_for_round();
+    if (cap == 0) continue;
+    controller.on_round(cap, accepted, curves.round_ms(cap, 512) / 1000.0, accepted + 1);
+    return;
+  }
+  FAIL() << "no probe within 200 rounds";
+}
+
 TEST(AutoCapController, ParksWhenSpeculationLosesAndProbesLessAndLess) {
   const CostCurves curves = controller_curves();
   AutoCapController controller(curves, 7);
@@ -295,12 +307,7 @@ TEST(AutoCapController, AnAcceptedProbeResetsTheProbeGapOnlyWhileCapOneIsUnmeasu
   Simulation sim{controller, curves};
   sim.run(400, 0.0);
   ASSERT_EQ(controller.probe_gap(), 64);
-  for (int round = 0; round < 200; ++round) {
-    const int cap = controller.cap_for_round();
-    if (cap == 0) continue;
-    controller.on_round(cap, 1, curves.round_ms(cap, 512) / 1000.0, 2);
-    break;
-  }
+  answer_next_probe(controller, curves, 1);
   EXPECT_TRUE(controller.parked());
   EXPECT_EQ(controller.probe_gap(), 64);
 
@@ -308,19 +315,9 @@ TEST(AutoCapController, AnAcceptedProbeResetsTheProbeGapOnlyWhileCapOneIsUnmeasu
   const CostCurves losing = curves_of({10, 11, 12, 13}, {7, 14, 21});
   AutoCapController fresh(losing, 3);
   ASSERT_TRUE(fresh.parked());
-  for (int round = 0; round < 200; ++round) {
-    const int cap = fresh.cap_for_round();
-    if (cap == 0) continue;
-    fresh.on_round(cap, 0, losing.round_ms(cap, 512) / 1000.0, 1);
-    break;
-  }
+  answer_next_probe(fresh, losing, 0);
   ASSERT_EQ(fresh.probe_gap(), 16);
-  for (int round = 0; round < 200; ++round) {
-    const int cap = fresh.cap_for_round();
-    if (cap == 0) continue;
-    fresh.on_round(cap, 1, losing.round_ms(cap, 512) / 1000.0, 2);
-    break;
-  }
+  answer_next_probe(fresh, losing, 1);
   EXPECT_TRUE(fresh.parked());
   EXPECT_EQ(fresh.probe_gap(), 8);
 }
