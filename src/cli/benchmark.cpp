@@ -282,20 +282,19 @@ LoadRates run_load(const Model& model, const std::vector<Prompt>& prompts,
                    const std::vector<std::vector<int32_t>>& plain_tokens, const Arm& arm,
                    const GenerationConfig& config, LoadRun& load) {
   const TokenCallback keep_going = [](const CommittedToken&) { return true; };
-  std::vector<ModelState> states;
+  StatePool pool = model.new_pool(std::max(load.sequences, 1));
   std::vector<std::unique_ptr<Decoding>> decodings;
   std::vector<SequenceDecoder*> decoders;
   const double start = now_seconds();
   StepCounters counters;
   try {
-    states.reserve(load.sequences);  // the decoders hold references to them
-    for (int i = 0; i < load.sequences; ++i) states.push_back(model.new_state());
     for (int i = 0; i < load.sequences; ++i) {
       decodings.push_back(std::make_unique<Decoding>(model, prompts[i % prompts.size()].tokens,
-                                                     states[i], config, arm.setup, keep_going));
+                                                     pool, pool.open(), config, arm.setup,
+                                                     keep_going));
       decoders.push_back(&decodings.back()->decoder());
     }
-    decode_together(model, decoders, &counters);
+    decode_together(model, pool, decoders, &counters);
   } catch (const std::exception& e) {
     fail("{} at {} sequences: {}", arm.label, load.sequences, e.what());
   }
@@ -417,9 +416,9 @@ void run_benchmark(const BenchmarkOptions& options) {
   {
     GenerationConfig warmup = config;
     warmup.max_tokens = std::min<int64_t>(100, options.max_new_tokens);
-    ModelState state = model.new_state();
-    run_generation(model, render_prompt(*bundle, "Tell me about the sea."), state, warmup,
-                   DecodeSetup{}, [](const CommittedToken&) { return true; });
+    StatePool pool = model.new_pool(1);
+    run_generation(model, render_prompt(*bundle, "Tell me about the sea."), pool, pool.open(),
+                   warmup, DecodeSetup{}, [](const CommittedToken&) { return true; });
   }
   config.max_tokens = options.max_new_tokens;
 
@@ -437,11 +436,11 @@ void run_benchmark(const BenchmarkOptions& options) {
     for (int trial = 0; trial < options.trials; ++trial) {
       double plain_tok_s = 0.0;
       for (size_t a = 0; a < arms.size(); ++a) {
-        ModelState state = model.new_state();
+        StatePool pool = model.new_pool(1);
         DecodeStats decode;
         reset_peak_rss();
         const GenerationResult result = run_generation(
-            model, prompt.tokens, state, config, arms[a].setup,
+            model, prompt.tokens, pool, pool.open(), config, arms[a].setup,
             [](const CommittedToken&) { return true; }, &decode);
         const nlohmann::json figures = decode_stats_json(decode, result.stats);
         TrialRun run;

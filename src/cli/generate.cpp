@@ -170,7 +170,8 @@ void run_generate(const GenerateOptions& options) {
 
   StreamingDetokenizer detokenizer(*bundle->tokenizer, /*skip_special_tokens=*/true);
   StopStringMatcher stops(options.stop);
-  ModelState state = bundle->model->new_state();
+  StatePool pool = bundle->model->new_pool(1);
+  const SequenceId sequence = pool.open();
   // DSPARK_ROUTING_STATS=1: how widely the router spreads this run's tokens over the experts.
   RoutingCounts routing;
   const bool routing_stats = std::getenv("DSPARK_ROUTING_STATS") != nullptr;
@@ -187,7 +188,7 @@ void run_generate(const GenerateOptions& options) {
   bundle->model->set_prefill_progress(&progress);
   DecodeStats decode_stats;
   auto result = run_generation(
-      *bundle->model, prompt, state, config, setup,
+      *bundle->model, prompt, pool, sequence, config, setup,
       [&](const CommittedToken& token) {
         if (std::find(config.eos_ids.begin(), config.eos_ids.end(), token.id) !=
             config.eos_ids.end()) {

@@ -30,11 +30,11 @@ double GenerationStats::decode_tokens_per_second() const {
   return decode_seconds > 0 && generated_tokens > 1 ? (generated_tokens - 1) / decode_seconds : 0.0;
 }
 
-void check_prompt(const Model& model, const std::vector<int32_t>& prompt, const ModelState& state) {
+void check_prompt(const Model& model, const std::vector<int32_t>& prompt, int64_t held_tokens) {
   if (prompt.empty()) fail("the prompt is empty: at least one token is needed");
-  if (state.length() >= static_cast<int64_t>(prompt.size())) {
+  if (held_tokens >= static_cast<int64_t>(prompt.size())) {
     fail("the state already holds {} tokens of a {}-token prompt; at least one must be new",
-         state.length(), prompt.size());
+         held_tokens, prompt.size());
   }
   const int64_t vocab = model.vocab_size();
   for (int32_t id : prompt) {

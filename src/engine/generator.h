@@ -62,8 +62,8 @@ struct GenerationResult {
 using TokenCallback = std::function<bool(const CommittedToken&)>;
 
 // Throws unless the prompt is non-empty, inside the vocabulary, and has at least one token more
-// than `state` already holds.
-void check_prompt(const Model& model, const std::vector<int32_t>& prompt, const ModelState& state);
+// than the `held_tokens` its sequence already holds.
+void check_prompt(const Model& model, const std::vector<int32_t>& prompt, int64_t held_tokens);
 
 // Why a generation ends at the token it just committed (the `generated`-th), if it does: an
 // end-of-sequence id, the caller's callback saying stop, or max_tokens. Plain and speculative

@@ -42,14 +42,29 @@ void Model::compute_logits(const float* residual, int64_t rows, float* logits) c
   apply_lm_head(normed.data(), rows, logits);
 }
 
-void Model::check_run(const SequenceRun& run) const {
-  if (run.state == nullptr || run.out == nullptr)
-    fail("forward: a run needs a state and an output");
-  const StateLayout expected = state_layout();
-  const StateLayout& layout = run.state->layout();
-  if (layout.attention_layers != expected.attention_layers ||
-      layout.mamba_layers != expected.mamba_layers || layout.kv_row() != expected.kv_row() ||
-      layout.ssm_size() != expected.ssm_size() || layout.conv_window() != expected.conv_window()) {
+namespace {
+
+bool same_layout(const StateLayout& a, const StateLayout& b) {
+  return a.attention_layers == b.attention_layers && a.mamba_layers == b.mamba_layers &&
+         a.kv_row() == b.kv_row() && a.ssm_size() == b.ssm_size() &&
+         a.conv_window() == b.conv_window();
+}
+
+}  // namespace
+
+void Model::check_run(const SequenceRun& run, StatePool& pool) const {
+  if (!same_layout(pool.layout(), state_layout())) {
+    fail("forward: the state pool was not made by this {} model", config_.architecture);
+  }
+  if (!pool.is_open(run.sequence)) {
+    fail("forward: sequence {} is not open in the state pool", run.sequence);
+  }
+  check_state_run(run, pool.host_state(run.sequence));
+}
+
+void Model::check_state_run(const SequenceRun& run, ModelState& state) const {
+  if (run.out == nullptr) fail("forward: a run needs an output");
+  if (!same_layout(state.layout(), state_layout())) {
     fail("forward: the state was not made by this {} model", config_.architecture);
   }
   for (int64_t row : run.logit_rows) {
@@ -68,22 +83,33 @@ void Model::check_run(const SequenceRun& run) const {
            embedding_.rows());
     }
   }
-  if (run.n > 0) run.state->reserve(run.state->length() + run.n);
+  if (run.n > 0) state.reserve(state.length() + run.n);
 }
 
 void Model::forward(const int32_t* tokens, int64_t n, ModelState& state,
                     const std::vector<int64_t>& logit_rows, const std::vector<int>& tap_layers,
                     ForwardOutput& out) const {
-  forward_batch({SequenceRun{tokens, n, &state, logit_rows, tap_layers, &out}});
+  const SequenceRun run{tokens, n, -1, logit_rows, tap_layers, &out};
+  check_state_run(run, state);
+  forward_states({run}, {&state});
 }
 
-void Model::forward_batch(const std::vector<SequenceRun>& runs) const {
+void Model::forward_batch(const std::vector<SequenceRun>& runs, StatePool& pool) const {
+  std::vector<ModelState*> states;
   for (size_t r = 0; r < runs.size(); ++r) {
-    check_run(runs[r]);
+    check_run(runs[r], pool);
     for (size_t other = 0; other < r; ++other) {
-      if (runs[other].state == runs[r].state) fail("forward: two runs of one batch share a state");
+      if (runs[other].sequence == runs[r].sequence) {
+        fail("forward: two runs of one batch continue sequence {}", runs[r].sequence);
+      }
     }
+    states.push_back(&pool.host_state(runs[r].sequence));
   }
+  forward_states(runs, states);
+}
+
+void Model::forward_states(const std::vector<SequenceRun>& runs,
+                           const std::vector<ModelState*>& states) const {
   const int64_t H = config_.hidden_size;
   const int64_t V = vocab_size();
   int64_t total = 0;
@@ -94,8 +120,8 @@ void Model::forward_batch(const std::vector<SequenceRun>& runs) const {
     total += run.n;
   }
   if (total == 0) return;
-  for (const SequenceRun& run : runs) {
-    if (run.n > 0) run.state->begin_forward(run.n);
+  for (size_t r = 0; r < runs.size(); ++r) {
+    if (runs[r].n > 0) states[r]->begin_forward(runs[r].n);
   }
 
   // Where a step's rows come from: run `run`, its rows [start, start + span.rows).
@@ -135,7 +161,7 @@ void Model::forward_batch(const std::vector<SequenceRun>& runs) const {
     for (size_t r = 0; r < runs.size() && step_rows < chunk; ++r) {
       const int64_t take = std::min(runs[r].n - done_rows[r], chunk - step_rows);
       if (take == 0) continue;
-      spans.push_back({runs[r].state, step_rows, take});
+      spans.push_back({states[r], step_rows, take});
       parts.push_back({r, done_rows[r]});
       embed(runs[r].tokens + done_rows[r], take, hidden.data() + step_rows * H);
       step_rows += take;
@@ -189,8 +215,8 @@ void Model::forward_batch(const std::vector<SequenceRun>& runs) const {
     done += step_rows;
     if (prefill_progress_ != nullptr && total > chunk) (*prefill_progress_)(done, total);
   }
-  for (const SequenceRun& run : runs) {
-    if (run.n > 0) run.state->end_forward();
+  for (size_t r = 0; r < runs.size(); ++r) {
+    if (runs[r].n > 0) states[r]->end_forward();
   }
 }
 

@@ -16,6 +16,7 @@
 
 #include "formats/checkpoint.h"
 #include "model/state.h"
+#include "model/state_pool.h"
 #include "model/weights.h"
 
 namespace dspark {
@@ -52,12 +53,13 @@ struct RoutingCounts {
   std::vector<int64_t> distinct_per_layer() const;
 };
 
-// One sequence's part of a batched forward (Model::forward_batch): its new tokens, the state they
-// continue, and what to return, as in Model::forward.
+// One sequence's part of a batched forward (Model::forward_batch): its new tokens, the pool
+// sequence they continue (at positions length() .. length() + n - 1), and what to return, as in
+// Model::forward.
 struct SequenceRun {
   const int32_t* tokens = nullptr;
   int64_t n = 0;
-  ModelState* state = nullptr;
+  SequenceId sequence = -1;
   std::vector<int64_t> logit_rows;
   std::vector<int> tap_layers;
   ForwardOutput* out = nullptr;
@@ -85,8 +87,10 @@ class Model {
   int64_t max_context() const { return config_.max_context; }
   const Checkpoint& checkpoint() const { return *checkpoint_; }
 
-  // An empty state for one sequence.
+  // An empty state for one sequence outside any pool (tools, calibration, tests).
   ModelState new_state() const { return ModelState(state_layout()); }
+  // A pool for up to `capacity` sequences at once.
+  StatePool new_pool(int capacity) const { return StatePool(state_layout(), capacity); }
   virtual StateLayout state_layout() const = 0;
 
   // Runs the n tokens after the state's current contents (positions state.length() ..
@@ -98,17 +102,17 @@ class Model {
   void forward(const int32_t* tokens, int64_t n, ModelState& state,
                const std::vector<int64_t>& logit_rows, const std::vector<int>& tap_layers,
                ForwardOutput& out) const;
-  // The forwards of several sequences as one: every layer's matrices run once over all their rows
-  // (the weights are streamed once per step, not once per sequence), while attention and the
-  // Mamba recurrence run per sequence on its own state. Every row's result is bit-identical to the
-  // sequence's own forward, whatever the other runs are (the kernels are row invariant). Each run
-  // is checked (check_run) before any state changes; the states must be distinct. Steps hold at
-  // most prefill_chunk() rows in all, taken from the runs in order.
-  void forward_batch(const std::vector<SequenceRun>& runs) const;
-  // Throws naming the fault unless `run` fits this model: a state it made, logit rows inside the
-  // run, tap layers in [-1, num_layers), token ids in the vocabulary, and room in the context.
-  // Makes room in the state's caches for the run.
-  void check_run(const SequenceRun& run) const;
+  // The forwards of several sequences of `pool` as one: every layer's matrices run once over all
+  // their rows (the weights are streamed once per step, not once per sequence), while attention
+  // and the Mamba recurrence run per sequence on its own state. Every row's result is
+  // bit-identical to the sequence's own forward, whatever the other runs are (the kernels are row
+  // invariant). Each run is checked (check_run) before any state changes; the sequences must be
+  // distinct. Steps hold at most prefill_chunk() rows in all, taken from the runs in order.
+  void forward_batch(const std::vector<SequenceRun>& runs, StatePool& pool) const;
+  // Throws naming the fault unless `run` fits this model and pool: an open sequence of a pool
+  // whose layout this model made, logit rows inside the run, tap layers in [-1, num_layers),
+  // token ids in the vocabulary, and room in the context. Makes room in the sequence's caches.
+  void check_run(const SequenceRun& run, StatePool& pool) const;
 
   // The embedding rows of n tokens: out [n, hidden_size].
   void embed(const int32_t* tokens, int64_t n, float* out) const;
@@ -168,6 +172,12 @@ class Model {
   mutable RoutingCounts* routing_counts_ = nullptr;
 
  private:
+  // forward_batch over the states the runs continue (states[i] for runs[i]; runs[i].sequence is
+  // not read), after check_state_run of each.
+  void forward_states(const std::vector<SequenceRun>& runs,
+                      const std::vector<ModelState*>& states) const;
+  void check_state_run(const SequenceRun& run, ModelState& state) const;
+
   int64_t prefill_chunk_ = 2048;
   mutable std::vector<double>* layer_seconds_ = nullptr;
   mutable const PrefillProgress* prefill_progress_ = nullptr;

@@ -121,6 +121,18 @@ StateSnapshot ModelState::snapshot() const {
   return snapshot;
 }
 
+int64_t ModelState::bytes() const {
+  size_t floats = 0;
+  for (const auto& keys : keys_) floats += keys.capacity();
+  for (const auto& values : values_) floats += values.capacity();
+  for (const auto& layer : mamba_) floats += layer.conv.capacity() + layer.ssm.capacity();
+  for (const auto& r : records_) {
+    floats += r.ssm_before.capacity() + r.conv_before.capacity() + r.A.capacity() +
+              r.xbc.capacity() + r.x.capacity() + r.B.capacity() + r.C.capacity() + r.dt.capacity();
+  }
+  return static_cast<int64_t>(floats * sizeof(float));
+}
+
 void ModelState::restore(const StateSnapshot& snapshot) {
   const int64_t used = snapshot.length * layout_.kv_row();
   bool fits = static_cast<int64_t>(snapshot.keys.size()) == layout_.attention_layers &&

@@ -92,6 +92,8 @@ class ModelState {
   void rebuild_mamba_to(int64_t keep);
 
   StateSnapshot snapshot() const;
+  // Bytes the state holds: its KV capacity, conv windows, SSM states and recording.
+  int64_t bytes() const;
   // Throws when the snapshot was taken from a state of another layout.
   void restore(const StateSnapshot& snapshot);
 

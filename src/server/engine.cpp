@@ -69,11 +69,15 @@ Engine::Engine(std::unique_ptr<ModelBundle> bundle, EngineOptions options, Metri
       context_window_(options_.context_window > 0
                           ? std::min(options_.context_window, bundle_->model->max_context())
                           : bundle_->model->max_context()),
-      cache_(*bundle_->model, options_.prefix_cache) {
+      // Each slot's running sequence, and the prefix cache's kept ones.
+      pool_(bundle_->model->new_pool(std::max(options_.parallel, 1) +
+                                     std::max(options_.prefix_cache.slots, 1))),
+      cache_(*bundle_->model, pool_, options_.prefix_cache) {
   if (!bundle_->chat_template.empty()) {
     template_.emplace(bundle_->chat_template, bundle_->name + " chat template");
   }
   running_.resize(std::max(options_.parallel, 1));
+  pool_counters_.capacity = pool_.capacity();
   stepper_ = std::thread([this] { step_loop(); });
 }
 
@@ -359,6 +363,11 @@ StepCounters Engine::batch_counters() const {
   return counters_;
 }
 
+Engine::PoolCounters Engine::pool_counters() const {
+  std::lock_guard lock(mutex_);
+  return pool_counters_;
+}
+
 int64_t Engine::running_jobs() const {
   return std::count_if(running_.begin(), running_.end(),
                        [](const auto& job) { return job != nullptr; });
@@ -458,7 +467,7 @@ class Engine::SlotRun {
     job_->slot = slot;
     summary_.usage.prompt_tokens = prompt_len_;
     summary_.usage.cached_tokens = lease_.cached_tokens;
-    prefill_from_ = lease_.state.length();
+    prefill_from_ = length();
     // A model drafter reads the target's taps of every prompt row: a cache hit brings the drafter
     // that ran with the cached state (its context cut to the same prefix), a miss starts afresh.
     setup_ = engine.options_.decode;
@@ -471,34 +480,33 @@ class Engine::SlotRun {
     const PrefixCache& cache = engine.cache_;
     if (cache.enabled() && cache.checkpointed()) {
       const int64_t boundary = job_->prompt.stable_boundary;
-      if (boundary > lease_.state.length() && boundary < prompt_len_) marks_.push_back(boundary);
+      if (boundary > length() && boundary < prompt_len_) marks_.push_back(boundary);
       const int64_t rung = cache.options().rung_interval;
       for (int64_t at = rung; rung > 0 && at < prompt_len_; at += rung) {
-        if (at > lease_.state.length()) marks_.push_back(at);
+        if (at > length()) marks_.push_back(at);
       }
       std::sort(marks_.begin(), marks_.end());
     }
   }
 
   bool ended() const { return ended_; }
-  bool prefilling() const { return !decoding_ && lease_.state.length() < prompt_len_ - 1; }
+  bool prefilling() const { return !decoding_ && length() < prompt_len_ - 1; }
 
   // The slot's next forward, of at most `prefill_rows` prompt rows while it prefills; nothing
   // when the job has ended (end() is then due) or, while prefilling, when prefill_rows is 0.
   std::optional<SequenceRun> next_run(int64_t prefill_rows) {
     if (ended_) return std::nullopt;
-    ModelState& state = lease_.state;
     const std::vector<int32_t>& prompt = job_->prompt.ids;
     if (prefilling() && !job_->cancelled()) {
       // All but the last prompt token run here; the decoder runs the last one.
-      engine_.metrics_.set_prefill(slot_, state.length() - prefill_from_,
-                                   prompt_len_ - prefill_from_);
+      const int64_t start = length();
+      engine_.metrics_.set_prefill(slot_, start - prefill_from_, prompt_len_ - prefill_from_);
       if (prefill_rows <= 0) return std::nullopt;
-      int64_t end = std::min(state.length() + prefill_rows, prompt_len_ - 1);
+      int64_t end = std::min(start + prefill_rows, prompt_len_ - 1);
       if (next_mark_ < marks_.size()) end = std::min(end, marks_[next_mark_]);
-      const int64_t start = state.length();
       prefill_rows_.assign(prompt.begin() + start, prompt.begin() + end);
-      return SequenceRun{prefill_rows_.data(), end - start, &state, {}, taps_, &scratch_};
+      return SequenceRun{
+          prefill_rows_.data(), end - start, lease_.sequence.id(), {}, taps_, &scratch_};
     }
     if (!decoding_) {
       engine_.metrics_.set_prefill(slot_, 0, 0);
@@ -509,8 +517,8 @@ class Engine::SlotRun {
         return std::nullopt;
       }
       decoding_ = std::make_unique<Decoding>(
-          *engine_.bundle_->model, prompt, state, job_->config, setup_,
-          [this](const CommittedToken& token) { return on_token(token); });
+          *engine_.bundle_->model, prompt, engine_.pool_, lease_.sequence.id(), job_->config,
+          setup_, [this](const CommittedToken& token) { return on_token(token); });
     }
     std::optional<SequenceRun> run = decoding_->decoder().next_run();
     if (!run) complete();
@@ -528,14 +536,14 @@ class Engine::SlotRun {
   // Takes the output of the forward next_run planned.
   void finish_run() {
     if (decoding_) return decoding_->decoder().finish_run();
-    const int64_t start = lease_.state.length() - static_cast<int64_t>(prefill_rows_.size());
+    const int64_t start = length() - static_cast<int64_t>(prefill_rows_.size());
     if (lease_.drafter) {
       lease_.drafter->on_target_rows(job_->prompt.ids.data() + start,
                                      static_cast<int64_t>(prefill_rows_.size()),
                                      scratch_.taps.data());
     }
-    if (next_mark_ < marks_.size() && lease_.state.length() == marks_[next_mark_]) {
-      lease_.checkpoints.push_back(lease_.state.snapshot());
+    if (next_mark_ < marks_.size() && length() == marks_[next_mark_]) {
+      lease_.checkpoints.push_back(engine_.pool_.snapshot(lease_.sequence.id()));
       ++next_mark_;
     }
   }
@@ -555,9 +563,8 @@ class Engine::SlotRun {
     PrefixCache& cache = engine_.cache_;
     if (!failed_) {
       try {
-        ModelState& state = lease_.state;
-        if (cache.enabled() && cache.checkpointed() && state.length() > 0) {
-          lease_.checkpoints.push_back(state.snapshot());
+        if (cache.enabled() && cache.checkpointed() && length() > 0) {
+          lease_.checkpoints.push_back(engine_.pool_.snapshot(lease_.sequence.id()));
         }
         std::vector<int32_t> tokens = job_->prompt.ids;
         tokens.insert(tokens.end(), generated_.begin(), generated_.end());
@@ -571,6 +578,9 @@ class Engine::SlotRun {
   }
 
  private:
+  // Tokens the slot's sequence holds.
+  int64_t length() const { return engine_.pool_.length(lease_.sequence.id()); }
+
   bool on_token(const CommittedToken& token) {
     Job& job = *job_;
     const Tokenizer& tokenizer = *engine_.bundle_->tokenizer;
@@ -765,7 +775,7 @@ void Engine::step_loop() {
         const bool prefilling = slot->prefilling();
         std::optional<SequenceRun> run = slot->next_run(prefilling ? prefill_budget : 0);
         if (run) {
-          model.check_run(*run);
+          model.check_run(*run, pool_);
           if (prefilling) prefill_budget -= run->n;
           runs.push_back(std::move(*run));
           members.push_back(slot);
@@ -778,7 +788,7 @@ void Engine::step_loop() {
     if (!runs.empty()) {
       const double start = now_seconds();
       try {
-        model.forward_batch(runs);
+        model.forward_batch(runs, pool_);
         std::lock_guard lock(mutex_);
         counters_.add_step(runs, now_seconds() - start);
       } catch (const std::exception& e) {
@@ -805,6 +815,10 @@ void Engine::step_loop() {
       // system, so the server's RSS follows what it holds rather than its high-water mark.
       malloc_trim(0);
     }
+    // The pool's figures, taken here: only this thread changes its states.
+    const PoolCounters pool{pool_.capacity(), pool_.open_count(), pool_.bytes()};
+    std::lock_guard lock(mutex_);
+    pool_counters_ = pool;
   }
 }
 

@@ -123,6 +123,14 @@ class Engine {
   std::vector<bool> slots_busy();
   // The steps so far.
   StepCounters batch_counters() const;
+  // The state pool after the last step: sequences it can hold, open ones (running and cached),
+  // and the bytes their states hold.
+  struct PoolCounters {
+    int capacity = 0;
+    int open = 0;
+    int64_t bytes = 0;
+  };
+  PoolCounters pool_counters() const;
   // Nothing queued and nothing running (a shutdown's drain is over).
   bool idle();
 
@@ -146,6 +154,8 @@ class Engine {
   Metrics& metrics_;
   int64_t context_window_;
   std::optional<ChatTemplate> template_;
+  // The states of the running generations and of the prefix cache, by sequence id.
+  StatePool pool_;
   PrefixCache cache_;
   // The vocabulary as grammars see it (token bytes in a trie), built for the first request with a
   // response_format.
@@ -163,6 +173,7 @@ class Engine {
   std::vector<std::shared_ptr<Job>> running_;  // per slot; null when the slot is free
   bool stopping_ = false;
   StepCounters counters_;
+  PoolCounters pool_counters_;
   std::thread stepper_;  // step_loop
 };
 

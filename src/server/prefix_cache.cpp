@@ -11,8 +11,8 @@ size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& 
   return i;
 }
 
-PrefixCache::PrefixCache(const Model& model, PrefixCacheOptions options)
-    : model_(model), options_(options), recurrent_(model.state_layout().mamba_layers > 0) {}
+PrefixCache::PrefixCache(const Model& model, StatePool& pool, PrefixCacheOptions options)
+    : pool_(pool), options_(options), recurrent_(model.state_layout().mamba_layers > 0) {}
 
 CacheLease PrefixCache::acquire(const std::vector<int32_t>& prompt) {
   CacheLease lease;
@@ -29,7 +29,7 @@ CacheLease PrefixCache::acquire(const std::vector<int32_t>& prompt) {
     int64_t usable = 0;
     const StateSnapshot* checkpoint = nullptr;
     if (!recurrent_) {
-      usable = std::min(shared, it->state.length());
+      usable = std::min(shared, pool_.length(it->sequence.id()));
     } else {
       for (const auto& candidate : it->checkpoints) {
         if (candidate.length <= shared && candidate.length > usable) {
@@ -45,19 +45,20 @@ CacheLease PrefixCache::acquire(const std::vector<int32_t>& prompt) {
     }
   }
   if (best == slots_.end()) {
+    if (pool_.open_count() == pool_.capacity() && !slots_.empty()) slots_.pop_back();
     lock.unlock();
-    lease.state = model_.new_state();
+    lease.sequence = OwnedSequence(pool_);
     return lease;
   }
   ++hits_;
   Slot slot = std::move(*best);
   slots_.erase(best);
   lock.unlock();
-  lease.state = std::move(slot.state);
+  lease.sequence = std::move(slot.sequence);
   if (recurrent_) {
-    lease.state.restore(*best_checkpoint);
+    pool_.restore(lease.sequence.id(), *best_checkpoint);
   } else {
-    lease.state.trim(best_usable);
+    pool_.trim(lease.sequence.id(), best_usable);
   }
   lease.cached_tokens = best_usable;
   if (slot.drafter) {
@@ -72,8 +73,8 @@ CacheLease PrefixCache::acquire(const std::vector<int32_t>& prompt) {
 
 void PrefixCache::release(CacheLease lease, std::vector<int32_t> tokens) {
   if (!options_.enabled) return;
-  tokens.resize(std::min<size_t>(tokens.size(), lease.state.length()));
-  Slot slot{std::move(tokens), std::move(lease.state), std::move(lease.checkpoints),
+  tokens.resize(std::min<size_t>(tokens.size(), pool_.length(lease.sequence.id())));
+  Slot slot{std::move(tokens), std::move(lease.sequence), std::move(lease.checkpoints),
             std::move(lease.drafter)};
   std::lock_guard lock(mutex_);
   slots_.push_front(std::move(slot));
@@ -85,9 +86,9 @@ void PrefixCache::clear() {
   slots_.clear();
 }
 
-int64_t PrefixCache::slot_bytes(const Slot& slot) {
-  const auto& layout = slot.state.layout();
-  int64_t bytes = 2 * slot.state.length() * layout.kv_row() * layout.attention_layers *
+int64_t PrefixCache::slot_bytes(const Slot& slot) const {
+  const auto& layout = pool_.layout();
+  int64_t bytes = 2 * pool_.length(slot.sequence.id()) * layout.kv_row() * layout.attention_layers *
                   static_cast<int64_t>(sizeof(float));
   for (const auto& checkpoint : slot.checkpoints) {
     for (const auto& keys : checkpoint.keys) bytes += 2 * keys.size() * sizeof(float);

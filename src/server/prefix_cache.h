@@ -1,12 +1,14 @@
 #pragma once
-// Reuse of model state across requests (multi-turn conversations). A slot keeps the state of one
-// finished generation and the tokens it holds. Attention-only models trim the state back to the
-// longest common prefix with the new prompt. Recurrent (Mamba) layers cannot be trimmed without a
-// record, so for hybrid models a slot also keeps checkpoints (state snapshots) taken at the
-// stable prompt boundary, every `rung_interval` prompt tokens and at the end of the generation;
-// the deepest checkpoint inside the common prefix is restored. A model drafter's context (the
-// projected target rows it consumed) travels with the slot and is truncated to the same prefix, so
-// a hit gives the drafter the context it would have had without the cache. Slots are evicted LRU.
+// Reuse of model state across requests (multi-turn conversations). A slot keeps the pool sequence
+// of one finished generation and the tokens it holds; a lease hands that sequence itself (no copy)
+// to the next generation that shares its prefix, and a miss opens a new one. Attention-only models
+// trim the state back to the longest common prefix with the new prompt. Recurrent (Mamba) layers
+// cannot be trimmed without a record, so for hybrid models a slot also keeps checkpoints (state
+// snapshots) taken at the stable prompt boundary, every `rung_interval` prompt tokens and at the
+// end of the generation; the deepest checkpoint inside the common prefix is restored. A model
+// drafter's context (the projected target rows it consumed) travels with the slot and is truncated
+// to the same prefix, so a hit gives the drafter the context it would have had without the cache.
+// Slots are evicted LRU.
 #include <cstdint>
 #include <list>
 #include <memory>
@@ -15,6 +17,7 @@
 
 #include "model/model.h"
 #include "model/state.h"
+#include "model/state_pool.h"
 #include "speculative/drafter.h"
 
 namespace dspark::server {
@@ -25,9 +28,9 @@ struct PrefixCacheOptions {
   int64_t rung_interval = 8192;  // 0 = no periodic checkpoints
 };
 
-// A state checked out for one generation.
+// A pool sequence checked out for one generation (closed if the lease is dropped unreleased).
 struct CacheLease {
-  ModelState state;
+  OwnedSequence sequence;
   int64_t cached_tokens = 0;               // prompt tokens the state already holds
   std::vector<StateSnapshot> checkpoints;  // all are prefixes of the new prompt
   // The drafter that ran with the state, its context truncated to cached_tokens rows; null on a
@@ -37,14 +40,15 @@ struct CacheLease {
 
 class PrefixCache {
  public:
-  PrefixCache(const Model& model, PrefixCacheOptions options);
+  // Cached sequences live in `pool`, beside the running ones: its capacity must leave room for
+  // options.slots of them (a miss with the pool full evicts cached ones first).
+  PrefixCache(const Model& model, StatePool& pool, PrefixCacheOptions options);
 
-  // A state holding the longest reusable prefix of `prompt` (never all of it: the last prompt
+  // A sequence holding the longest reusable prefix of `prompt` (never all of it: the last prompt
   // token must be run to get the first logits).
   CacheLease acquire(const std::vector<int32_t>& prompt);
-  // Gives the state (and drafter) back; `tokens` are the tokens the state holds (its first
-  // state.length() tokens). A drafter holding fewer rows than the state limits later reuse to
-  // its rows.
+  // Gives the sequence (and drafter) back; `tokens` are the tokens it holds (its first length()
+  // tokens). A drafter holding fewer rows than the sequence limits later reuse to its rows.
   void release(CacheLease lease, std::vector<int32_t> tokens);
   // Forgets everything (after a failure that may have left a state inconsistent).
   void clear();
@@ -64,13 +68,13 @@ class PrefixCache {
  private:
   struct Slot {
     std::vector<int32_t> tokens;
-    ModelState state;
+    OwnedSequence sequence;
     std::vector<StateSnapshot> checkpoints;
     std::unique_ptr<Drafter> drafter;
   };
-  static int64_t slot_bytes(const Slot& slot);
+  int64_t slot_bytes(const Slot& slot) const;
 
-  const Model& model_;
+  StatePool& pool_;
   PrefixCacheOptions options_;
   bool recurrent_;
   mutable std::mutex mutex_;

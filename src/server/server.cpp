@@ -841,6 +841,10 @@ struct Server::Impl {
         gauges["dspark_prefix_cache_bytes"] = double(cache.bytes);
         gauges["dspark_context_window_tokens"] = double(engine->context_window());
         gauges["dspark_slots"] = double(engine->slots());
+        const auto pool = engine->pool_counters();
+        gauges["dspark_state_pool_capacity"] = double(pool.capacity);
+        gauges["dspark_state_pool_sequences"] = double(pool.open);
+        gauges["dspark_state_pool_bytes"] = double(pool.bytes);
         batch = engine->batch_counters();
       }
       res.set_content(owner.metrics_.render(gauges, batch ? &*batch : nullptr),

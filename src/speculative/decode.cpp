@@ -39,8 +39,8 @@ int lookup_cap_ceiling(const DecodeOptions& options) {
   return std::max(options.max_draft.value_or(kLookupMaxDraft), options.lookup_long_draft);
 }
 
-Decoding::Decoding(const Model& model, const std::vector<int32_t>& prompt, ModelState& state,
-                   const GenerationConfig& config, const DecodeSetup& setup,
+Decoding::Decoding(const Model& model, const std::vector<int32_t>& prompt, StatePool& pool,
+                   SequenceId sequence, const GenerationConfig& config, const DecodeSetup& setup,
                    const TokenCallback& on_token)
     : mode_(setup.options.mode) {
   const DecodeOptions& options = setup.options;
@@ -68,8 +68,8 @@ Decoding::Decoding(const Model& model, const std::vector<int32_t>& prompt, Model
       options_.lookup_caps = lookup_caps_.get();
     }
   }
-  decoder_ = std::make_unique<SequenceDecoder>(model, *drafter_, *caps_, options_, prompt, state,
-                                               config, on_token);
+  decoder_ = std::make_unique<SequenceDecoder>(model, *drafter_, *caps_, options_, prompt, pool,
+                                               sequence, config, on_token);
 }
 
 Decoding::~Decoding() = default;
@@ -83,14 +83,14 @@ DecodeStats Decoding::stats() const {
 }
 
 GenerationResult run_generation(const Model& model, const std::vector<int32_t>& prompt,
-                                ModelState& state, const GenerationConfig& config,
-                                const DecodeSetup& setup, const TokenCallback& on_token,
-                                DecodeStats* stats) {
+                                StatePool& pool, SequenceId sequence,
+                                const GenerationConfig& config, const DecodeSetup& setup,
+                                const TokenCallback& on_token, DecodeStats* stats) {
   if (stats != nullptr) {
     *stats = DecodeStats{};
     stats->mode = setup.options.mode;
   }
-  Decoding decoding(model, prompt, state, config, setup, on_token);
+  Decoding decoding(model, prompt, pool, sequence, config, setup, on_token);
   decoding.decoder().run_to_end();
   if (stats != nullptr) *stats = decoding.stats();
   return decoding.decoder().result();

@@ -55,12 +55,14 @@ struct DecodeSetup {
 };
 
 // One generation set up as `setup` says (its drafter, cap policies and lookup pre-step, owned
-// here), as a SequenceDecoder: run_generation runs it alone, decode_together with others. The
-// model, state and config must outlive it; the callback is copied.
+// here), as a SequenceDecoder of one pool sequence: run_generation runs it alone, decode_together
+// with others. The model, pool and config must outlive it, and the sequence must stay open; the
+// callback is copied.
 class Decoding {
  public:
-  Decoding(const Model& model, const std::vector<int32_t>& prompt, ModelState& state,
-           const GenerationConfig& config, const DecodeSetup& setup, const TokenCallback& on_token);
+  Decoding(const Model& model, const std::vector<int32_t>& prompt, StatePool& pool,
+           SequenceId sequence, const GenerationConfig& config, const DecodeSetup& setup,
+           const TokenCallback& on_token);
   ~Decoding();
   Decoding(const Decoding&) = delete;
   Decoding& operator=(const Decoding&) = delete;
@@ -81,8 +83,8 @@ class Decoding {
 };
 
 GenerationResult run_generation(const Model& model, const std::vector<int32_t>& prompt,
-                                ModelState& state, const GenerationConfig& config,
-                                const DecodeSetup& setup, const TokenCallback& on_token,
-                                DecodeStats* stats = nullptr);
+                                StatePool& pool, SequenceId sequence,
+                                const GenerationConfig& config, const DecodeSetup& setup,
+                                const TokenCallback& on_token, DecodeStats* stats = nullptr);
 
 }  // namespace dspark

@@ -52,13 +52,15 @@ class DrafterFeed {
 
 SequenceDecoder::SequenceDecoder(const Model& model, Drafter& drafter, CapPolicy& caps,
                                  const SpeculativeOptions& options,
-                                 const std::vector<int32_t>& prompt, ModelState& state,
-                                 const GenerationConfig& config, const TokenCallback& on_token)
+                                 const std::vector<int32_t>& prompt, StatePool& pool,
+                                 SequenceId sequence, const GenerationConfig& config,
+                                 const TokenCallback& on_token)
     : model_(model),
       drafter_(drafter),
       caps_(caps),
       options_(options),
-      state_(state),
+      pool_(pool),
+      sequence_(sequence),
       config_(config),
       on_token_(on_token),
       taps_(drafter.tap_layers()),
@@ -71,9 +73,9 @@ SequenceDecoder::SequenceDecoder(const Model& model, Drafter& drafter, CapPolicy
       committed_(prompt),
       feed_(std::make_unique<DrafterFeed>(
           drafter, static_cast<int64_t>(taps_.size()) * model.hidden_size())) {
-  check_prompt(model, prompt, state);
+  check_prompt(model, prompt, pool.length(sequence));
   result_.stats.prompt_tokens = prompt_tokens_;
-  result_.stats.cached_prompt_tokens = state.length();
+  result_.stats.cached_prompt_tokens = pool.length(sequence);
   if (config.max_tokens <= 0) phase_ = Phase::done;
 }
 
@@ -81,13 +83,13 @@ SequenceDecoder::~SequenceDecoder() = default;
 
 SequenceRun SequenceDecoder::run_of(const std::vector<int32_t>& rows) {
   forward_start_ = now_seconds();
-  return SequenceRun{rows.data(), static_cast<int64_t>(rows.size()), &state_, logit_rows_, taps_,
+  return SequenceRun{rows.data(), static_cast<int64_t>(rows.size()), sequence_, logit_rows_, taps_,
                      &output_};
 }
 
 std::optional<SequenceRun> SequenceDecoder::next_run() {
   if (phase_ == Phase::prefill) {
-    const int64_t start = state_.length();
+    const int64_t start = pool_.length(sequence_);
     rows_.assign(committed_.begin() + start, committed_.end());
     logit_rows_.assign(1, prompt_tokens_ - start - 1);
     return run_of(rows_);
@@ -105,7 +107,7 @@ void SequenceDecoder::plan_until_forward() {
   // A forced round whose ids all come from rows already run needs no forward; loop until a
   // forward or a drafter call is due, or the generation ends.
   while (phase_ == Phase::idle) {
-    if (state_.length() >= model_.max_context()) {
+    if (pool_.length(sequence_) >= model_.max_context()) {
       // The pending token no longer fits.
       result_.finish_reason = FinishReason::length;
       end_generation();
@@ -229,7 +231,7 @@ void SequenceDecoder::plan_forced() {
   rows_.insert(rows_.end(), forced_.begin(), forced_.end() - 1);
   const int64_t fed = static_cast<int64_t>(rows_.size());
   if (fed == 0 || finished()) {
-    if (options_.after_round) options_.after_round(state_);
+    if (options_.after_round) options_.after_round(pool_.host_state(sequence_));
     return;
   }
   logit_rows_.clear();
@@ -237,7 +239,7 @@ void SequenceDecoder::plan_forced() {
     logit_rows_.resize(fed);
     std::iota(logit_rows_.begin(), logit_rows_.end(), 0);
   }
-  state_.set_recording(false);
+  pool_.set_recording(sequence_, false);
   phase_ = Phase::forced;
 }
 
@@ -250,13 +252,14 @@ void SequenceDecoder::finish_forced() {
   for (int64_t i = skip; i < static_cast<int64_t>(forced_.size()) && !finished(); ++i) {
     commit(forced_[i], wants_rows_ ? output_.logits.data() + (i - skip) * vocab_ : nullptr, true);
   }
-  if (options_.after_round) options_.after_round(state_);
+  if (options_.after_round) options_.after_round(pool_.host_state(sequence_));
 }
 
 // Drafts that can still be committed (plus the correction/bonus) and still fit the context.
 int64_t SequenceDecoder::round_budget() const {
   const int64_t remaining = config_.max_tokens - result_.stats.generated_tokens;
-  return std::min({remaining - 1, model_.max_context() - state_.length() - 1, kMaxDraftsPerRound});
+  return std::min(
+      {remaining - 1, model_.max_context() - pool_.length(sequence_) - 1, kMaxDraftsPerRound});
 }
 
 void SequenceDecoder::plan_round() {
@@ -305,8 +308,8 @@ void SequenceDecoder::plan_verify() {
   rows_.insert(rows_.end(), draft_.tokens.begin(), draft_.tokens.end());
   logit_rows_.resize(drafts + 1);
   std::iota(logit_rows_.begin(), logit_rows_.end(), 0);
-  length_before_ = state_.length();
-  state_.set_recording(drafts > 0);
+  length_before_ = pool_.length(sequence_);
+  pool_.set_recording(sequence_, drafts > 0);
   phase_ = Phase::verify;
 }
 
@@ -361,7 +364,7 @@ void SequenceDecoder::finish_round() {
   // Roll back to the accept point: pending plus the accepted drafts stay in the state (fewer when
   // the budget cut the round: the last committed token is then the pending one).
   const int64_t keep = forced_due_ ? committed_round : accepted + 1;
-  if (keep < drafts + 1) state_.trim(length_before_ + keep);
+  if (keep < drafts + 1) pool_.trim(sequence_, length_before_ + keep);
   feed_->add(rows_.data(), keep, output_.taps.data());
   if (drafts > 0) source_->on_verified(static_cast<int>(drafts), static_cast<int>(accepted));
   if (drafts > 0 && source_ == &drafter_) {
@@ -374,12 +377,12 @@ void SequenceDecoder::finish_round() {
     caps_.on_round(cap_used_, static_cast<int>(accepted), now_seconds() - round_start_,
                    static_cast<int>(committed_now));
   }
-  if (options_.after_round) options_.after_round(state_);
+  if (options_.after_round) options_.after_round(pool_.host_state(sequence_));
 }
 
 void SequenceDecoder::run_to_end() {
   while (std::optional<SequenceRun> run = next_run()) {
-    model_.forward(run->tokens, run->n, state_, run->logit_rows, run->tap_layers, *run->out);
+    model_.forward_batch({*run}, pool_);
     finish_run();
   }
 }
@@ -422,8 +425,8 @@ std::vector<std::exception_ptr> draft_together(std::span<SequenceDecoder* const>
   return errors;
 }
 
-void decode_together(const Model& model, const std::vector<SequenceDecoder*>& sequences,
-                     StepCounters* counters) {
+void decode_together(const Model& model, StatePool& pool,
+                     const std::vector<SequenceDecoder*>& sequences, StepCounters* counters) {
   std::vector<SequenceRun> runs;
   std::vector<SequenceDecoder*> running;
   for (;;) {
@@ -450,7 +453,7 @@ void decode_together(const Model& model, const std::vector<SequenceDecoder*>& se
     }
     if (runs.empty()) return;
     const double start = now_seconds();
-    model.forward_batch(runs);
+    model.forward_batch(runs, pool);
     if (counters != nullptr) counters->add_step(runs, now_seconds() - start);
     for (SequenceDecoder* sequence : running) sequence->finish_run();
     if (counters != nullptr && full) {
@@ -468,22 +471,24 @@ SpeculativeGenerator::SpeculativeGenerator(const Model& model, Drafter& drafter,
                                            SpeculativeOptions options)
     : model_(model), drafter_(drafter), caps_(caps), options_(std::move(options)) {}
 
-GenerationResult SpeculativeGenerator::generate(const std::vector<int32_t>& prompt,
-                                                ModelState& state, const GenerationConfig& config,
+GenerationResult SpeculativeGenerator::generate(const std::vector<int32_t>& prompt, StatePool& pool,
+                                                SequenceId sequence, const GenerationConfig& config,
                                                 const TokenCallback& on_token) {
   stats_ = SpeculativeStats{};
-  SequenceDecoder decoder(model_, drafter_, caps_, options_, prompt, state, config, on_token);
+  SequenceDecoder decoder(model_, drafter_, caps_, options_, prompt, pool, sequence, config,
+                          on_token);
   decoder.run_to_end();
   stats_ = decoder.stats();
   return decoder.result();
 }
 
 GenerationResult generate_plain(const Model& model, const std::vector<int32_t>& prompt,
-                                ModelState& state, const GenerationConfig& config,
-                                const TokenCallback& on_token) {
+                                StatePool& pool, SequenceId sequence,
+                                const GenerationConfig& config, const TokenCallback& on_token) {
   NoDrafts none;
   FixedCap no_drafts(0);
-  return SpeculativeGenerator(model, none, no_drafts).generate(prompt, state, config, on_token);
+  return SpeculativeGenerator(model, none, no_drafts)
+      .generate(prompt, pool, sequence, config, on_token);
 }
 
 }  // namespace dspark

@@ -100,8 +100,8 @@ struct SpeculativeOptions {
   // Caps the pre-step's drafts further (told the load and its own acceptance like the drafter's
   // policy); null: lookup_cap alone. A cap of 0 skips the pre-step that round.
   CapPolicy* lookup_caps = nullptr;
-  // Called after every round with the state rolled back to the accept point (tests compare it
-  // with plain decoding's state at the same position).
+  // Called after every round with the sequence's state rolled back to the accept point (tests
+  // compare it with plain decoding's state at the same position).
   std::function<void(const ModelState&)> after_round;
 };
 
@@ -113,14 +113,15 @@ class DrafterFeed;
 // finish_run() takes its output: acceptance (acceptance.h), commits, stop and budget checks, and
 // the rollback to the accept point. A round without drafts is plain decoding.
 //
-// The references passed in (model, drafter, policies, options, state, config) must outlive the
-// decoder; the callback is copied, and runs inside finish_run.
+// The references passed in (model, drafter, policies, options, pool, config) must outlive the
+// decoder, and the sequence must stay open; the callback is copied, and runs inside finish_run.
 class SequenceDecoder {
  public:
   // Throws as check_prompt does.
   SequenceDecoder(const Model& model, Drafter& drafter, CapPolicy& caps,
                   const SpeculativeOptions& options, const std::vector<int32_t>& prompt,
-                  ModelState& state, const GenerationConfig& config, const TokenCallback& on_token);
+                  StatePool& pool, SequenceId sequence, const GenerationConfig& config,
+                  const TokenCallback& on_token);
   ~SequenceDecoder();
   SequenceDecoder(const SequenceDecoder&) = delete;
   SequenceDecoder& operator=(const SequenceDecoder&) = delete;
@@ -166,7 +167,8 @@ class SequenceDecoder {
   Drafter& drafter_;
   CapPolicy& caps_;
   const SpeculativeOptions& options_;
-  ModelState& state_;
+  StatePool& pool_;
+  const SequenceId sequence_;
   const GenerationConfig& config_;
   const TokenCallback on_token_;
   const std::vector<int> taps_;
@@ -224,11 +226,13 @@ struct StepCounters {
 // drafter threw (null: none); a decoder that failed must not be stepped further.
 std::vector<std::exception_ptr> draft_together(std::span<SequenceDecoder* const> decoders);
 
-// Runs the generations to their ends, every step one Model::forward_batch over the next forward of
-// each unfinished one, each told the load (set_load: the unfinished generations). Each
-// generation's output and states are the ones it gets alone: the forward's rows are row invariant
-// and everything else is per sequence. `counters`, when given, receives the steps.
-void decode_together(const Model& model, const std::vector<SequenceDecoder*>& sequences,
+// Runs the generations (sequences of `pool`) to their ends, every step one Model::forward_batch
+// over the next forward of each unfinished one, each told the load (set_load: the unfinished
+// generations). Each generation's output and states are the ones it gets alone: the forward's
+// rows are row invariant and everything else is per sequence. `counters`, when given, receives
+// the steps.
+void decode_together(const Model& model, StatePool& pool,
+                     const std::vector<SequenceDecoder*>& sequences,
                      StepCounters* counters = nullptr);
 
 class SpeculativeGenerator {
@@ -236,8 +240,9 @@ class SpeculativeGenerator {
   SpeculativeGenerator(const Model& model, Drafter& drafter, CapPolicy& caps,
                        SpeculativeOptions options = {});
 
-  GenerationResult generate(const std::vector<int32_t>& prompt, ModelState& state,
-                            const GenerationConfig& config, const TokenCallback& on_token);
+  GenerationResult generate(const std::vector<int32_t>& prompt, StatePool& pool,
+                            SequenceId sequence, const GenerationConfig& config,
+                            const TokenCallback& on_token);
   const SpeculativeStats& stats() const { return stats_; }
 
  private:
@@ -255,11 +260,11 @@ class NoDrafts : public Drafter {
   Draft propose(const DraftRequest& /*request*/) override { return {}; }
 };
 
-// Plain decoding: prefill the part of the prompt `state` does not hold yet (check_prompt), then
-// one target row per token, sampled with config.sampling, until an end token, max_tokens, the
+// Plain decoding: prefill the part of the prompt the sequence does not hold yet (check_prompt),
+// then one target row per token, sampled with config.sampling, until an end token, max_tokens, the
 // context's end, or on_token returning false.
 GenerationResult generate_plain(const Model& model, const std::vector<int32_t>& prompt,
-                                ModelState& state, const GenerationConfig& config,
-                                const TokenCallback& on_token);
+                                StatePool& pool, SequenceId sequence,
+                                const GenerationConfig& config, const TokenCallback& on_token);
 
 }  // namespace dspark

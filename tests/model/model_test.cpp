@@ -69,35 +69,38 @@ void expect_batch_equals_lone_forwards(Model& model, int64_t chunk) {
     std::iota(rows.begin(), rows.end(), 0);
     return rows;
   };
-  std::vector<ModelState> lone, batched;
+  std::vector<ModelState> lone;
+  StatePool pool = model.new_pool(3);
+  std::vector<SequenceId> batched;
   std::vector<ForwardOutput> lone_out(3), batched_out(3);
   std::vector<SequenceRun> batch;
   for (size_t i = 0; i < 3; ++i) {
     lone.push_back(model.new_state());
-    batched.push_back(model.new_state());
+    batched.push_back(pool.open());
     lone[i].set_recording(true);
-    batched[i].set_recording(true);
+    pool.set_recording(batched[i], true);
     logits_of(model, lone[i], prompts[i], false);
-    logits_of(model, batched[i], prompts[i], false);
+    logits_of(model, pool.host_state(batched[i]), prompts[i], false);
   }
   for (size_t i = 0; i < 3; ++i) {
     model.forward(runs[i].data(), static_cast<int64_t>(runs[i].size()), lone[i],
                   all_rows(runs[i].size()), taps, lone_out[i]);
-    batch.push_back({runs[i].data(), static_cast<int64_t>(runs[i].size()), &batched[i],
+    batch.push_back({runs[i].data(), static_cast<int64_t>(runs[i].size()), batched[i],
                      all_rows(runs[i].size()), taps, &batched_out[i]});
   }
   model.set_prefill_chunk(chunk);
-  model.forward_batch(batch);
+  model.forward_batch(batch, pool);
   model.set_prefill_chunk(2048);
   for (size_t i = 0; i < 3; ++i) {
-    EXPECT_EQ(batched[i].length(), lone[i].length()) << "sequence " << i;
+    EXPECT_EQ(pool.length(batched[i]), lone[i].length()) << "sequence " << i;
     EXPECT_TRUE(batched_out[i].logits == lone_out[i].logits) << "sequence " << i;
     EXPECT_TRUE(batched_out[i].taps == lone_out[i].taps) << "sequence " << i;
   }
   lone[1].trim(lone[1].length() - 4);
-  batched[1].trim(batched[1].length() - 4);
+  pool.trim(batched[1], pool.length(batched[1]) - 4);
   for (size_t i = 0; i < 3; ++i) {
-    EXPECT_EQ(logits_of(model, batched[i], {9}), logits_of(model, lone[i], {9})) << "after, " << i;
+    EXPECT_EQ(logits_of(model, pool.host_state(batched[i]), {9}), logits_of(model, lone[i], {9}))
+        << "after, " << i;
   }
 }
 
@@ -239,21 +242,30 @@ TEST_P(NemotronTest, BatchedRunsAreBitIdenticalToLoneForwards) {
   for (int64_t chunk : {2048, 8}) expect_batch_equals_lone_forwards(*model_, chunk);
 }
 
-// A run the model refuses fails the batch before any state moves, and a state can only be in one
-// run of a batch.
+// A run the model refuses fails the batch before any state moves: a bad token, a sequence in two
+// runs of one batch, a sequence the pool has not open, a pool of another model.
 TEST_P(NemotronTest, ABadRunFailsTheBatchBeforeAnyStateMoves) {
-  ModelState a = model_->new_state(), b = model_->new_state();
+  StatePool pool = model_->new_pool(3);
+  const SequenceId a = pool.open(), b = pool.open();
   const std::vector<int32_t> good = token_run(3, 1), bad = {1, 100000};
   ForwardOutput out_a, out_b;
-  std::vector<SequenceRun> batch = {{good.data(), 3, &a, {2}, {}, &out_a},
-                                    {bad.data(), 2, &b, {1}, {}, &out_b}};
-  EXPECT_NE(error_of([&] { model_->forward_batch(batch); }).find("token id 100000 at row 1"),
-            std::string::npos);
-  EXPECT_EQ(a.length(), 0);
-  batch[1] = {good.data(), 3, &a, {0}, {}, &out_b};
-  EXPECT_NE(error_of([&] { model_->forward_batch(batch); }).find("share a state"),
-            std::string::npos);
-  EXPECT_EQ(a.length(), 0);
+  std::vector<SequenceRun> batch = {{good.data(), 3, a, {2}, {}, &out_a},
+                                    {bad.data(), 2, b, {1}, {}, &out_b}};
+  auto error = [&](StatePool& in) { return error_of([&] { model_->forward_batch(batch, in); }); };
+  EXPECT_NE(error(pool).find("token id 100000 at row 1"), std::string::npos);
+  EXPECT_EQ(pool.length(a), 0);
+  batch[1] = {good.data(), 3, a, {0}, {}, &out_b};
+  EXPECT_NE(error(pool).find("two runs of one batch continue sequence"), std::string::npos);
+  batch[1] = {good.data(), 3, 2, {0}, {}, &out_b};
+  EXPECT_NE(error(pool).find("sequence 2 is not open"), std::string::npos);
+  EXPECT_EQ(pool.length(a), 0);
+  StateLayout other = pool.layout();
+  other.kv_heads += 1;
+  StatePool foreign(other, 3);
+  foreign.open();
+  batch.resize(1);
+  EXPECT_NE(error(foreign).find("state pool was not made by this"), std::string::npos);
+  EXPECT_EQ(foreign.length(0), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Patterns, NemotronTest, ::testing::Values("M*EM-E", "*ME-EM", "EM*M"));

@@ -104,6 +104,10 @@ def check_concurrent_equals_alone(server, json_ok=True):
     assert forwards > 1.5 * steps, (forwards, steps)
     assert metric(server, "dspark_batch_widest") >= 3
     assert metric(server, "dspark_slots") == 4
+    # Every state lives in the pool: the 4 slots' sequences and the prefix cache's (default 2).
+    assert metric(server, "dspark_state_pool_capacity") == 6
+    assert 1 <= metric(server, "dspark_state_pool_sequences") <= 6
+    assert metric(server, "dspark_state_pool_bytes") > 0
     check_batch_histogram(server)
 
 
@@ -240,6 +244,12 @@ def test_32_clients_on_8_slots_with_disconnects_in_every_dialect(smollm2):
         assert metric(server, "dspark_requests_running") == 0
         assert metric(server, "dspark_requests_waiting") == 0
         assert metric(server, "dspark_prefill_tokens_total") == 0
+        # Finished and cancelled generations alike gave their pool sequences back: only the
+        # prefix cache's (at most its 2 slots) stay open.
+        while time.time() < deadline and metric(server, "dspark_state_pool_sequences") > 2:
+            time.sleep(0.1)
+        assert 1 <= metric(server, "dspark_state_pool_sequences") <= 2
+        assert metric(server, "dspark_state_pool_capacity") == 10
         assert metric(server, "dspark_batch_widest") >= 4
         check_batch_histogram(server)
         check_slot_metrics(server, 8)

@@ -27,13 +27,22 @@ class RowRecorder final : public Drafter {
   std::vector<int32_t> rows;
 };
 
-// Runs `tokens[state.length() ..]` through the model, feeding the drafter `fed` of those rows.
+int64_t length(const CacheLease& lease) {
+  return lease.sequence.pool().length(lease.sequence.id());
+}
+
+// Runs `tokens[length ..]` through the model, feeding the drafter `fed` of those rows.
 void prefill(const Model& model, const std::vector<int32_t>& tokens, CacheLease& lease,
              int64_t fed) {
   ForwardOutput output;
-  const int64_t start = lease.state.length();
-  model.forward(tokens.data() + start, static_cast<int64_t>(tokens.size()) - start, lease.state, {},
-                {}, output);
+  const int64_t start = length(lease);
+  model.forward_batch({{tokens.data() + start,
+                        static_cast<int64_t>(tokens.size()) - start,
+                        lease.sequence.id(),
+                        {},
+                        {},
+                        &output}},
+                      lease.sequence.pool());
   if (!lease.drafter) lease.drafter = std::make_unique<RowRecorder>();
   lease.drafter->on_target_rows(tokens.data() + start, fed, nullptr);
 }
@@ -52,7 +61,8 @@ TEST(PrefixCacheDrafter, TrimModeCutsTheDrafterToTheSharedPrefix) {
   testing::TinyCheckpoint checkpoint(3);
   testing::fill_llama(checkpoint);
   auto model = load_model(checkpoint.write());
-  PrefixCache cache(*model, {});
+  StatePool pool = model->new_pool(3);
+  PrefixCache cache(*model, pool, {});
   const std::vector<int32_t> first = sequence(1, 12);
   CacheLease lease = cache.acquire(first);
   EXPECT_EQ(lease.cached_tokens, 0);
@@ -65,7 +75,7 @@ TEST(PrefixCacheDrafter, TrimModeCutsTheDrafterToTheSharedPrefix) {
   second.push_back(88);
   CacheLease hit = cache.acquire(second);
   EXPECT_EQ(hit.cached_tokens, 7);
-  EXPECT_EQ(hit.state.length(), 7);
+  EXPECT_EQ(length(hit), 7);
   ASSERT_NE(hit.drafter, nullptr);
   EXPECT_EQ(recorder(hit).rows, std::vector<int32_t>(first.begin(), first.begin() + 7));
 }
@@ -74,7 +84,8 @@ TEST(PrefixCacheDrafter, ADrafterShorterThanTheStateLimitsReuse) {
   testing::TinyCheckpoint checkpoint(4);
   testing::fill_llama(checkpoint);
   auto model = load_model(checkpoint.write());
-  PrefixCache cache(*model, {});
+  StatePool pool = model->new_pool(3);
+  PrefixCache cache(*model, pool, {});
   const std::vector<int32_t> first = sequence(2, 12);
   CacheLease lease = cache.acquire(first);
   prefill(*model, first, lease, 5);
@@ -82,7 +93,7 @@ TEST(PrefixCacheDrafter, ADrafterShorterThanTheStateLimitsReuse) {
 
   CacheLease hit = cache.acquire(first);
   EXPECT_EQ(hit.cached_tokens, 5);
-  EXPECT_EQ(hit.state.length(), 5);
+  EXPECT_EQ(length(hit), 5);
   EXPECT_EQ(recorder(hit).rows.size(), 5u);
 }
 
@@ -90,21 +101,22 @@ TEST(PrefixCacheDrafter, CheckpointModeCutsTheDrafterToTheRestoredSnapshot) {
   testing::TinyCheckpoint checkpoint(5);
   testing::fill_nemotron(checkpoint, "M*M-");
   auto model = load_model(checkpoint.write());
-  PrefixCache cache(*model, {});
+  StatePool pool = model->new_pool(3);
+  PrefixCache cache(*model, pool, {});
   ASSERT_TRUE(cache.checkpointed());
   const std::vector<int32_t> first = sequence(3, 12);
   CacheLease lease = cache.acquire(first);
   prefill(*model, std::vector<int32_t>(first.begin(), first.begin() + 4), lease, 4);
-  lease.checkpoints.push_back(lease.state.snapshot());
+  lease.checkpoints.push_back(pool.snapshot(lease.sequence.id()));
   prefill(*model, first, lease, 8);
-  lease.checkpoints.push_back(lease.state.snapshot());
+  lease.checkpoints.push_back(pool.snapshot(lease.sequence.id()));
   cache.release(std::move(lease), first);
 
   std::vector<int32_t> second(first.begin(), first.begin() + 9);
   second.push_back(80);
   CacheLease hit = cache.acquire(second);
   EXPECT_EQ(hit.cached_tokens, 4);
-  EXPECT_EQ(hit.state.length(), 4);
+  EXPECT_EQ(length(hit), 4);
   EXPECT_EQ(recorder(hit).rows, std::vector<int32_t>(first.begin(), first.begin() + 4));
 }
 
@@ -112,15 +124,56 @@ TEST(PrefixCacheDrafter, WithoutADrafterNoneComesBack) {
   testing::TinyCheckpoint checkpoint(6);
   testing::fill_llama(checkpoint);
   auto model = load_model(checkpoint.write());
-  PrefixCache cache(*model, {});
+  StatePool pool = model->new_pool(3);
+  PrefixCache cache(*model, pool, {});
   const std::vector<int32_t> first = sequence(4, 10);
   CacheLease lease = cache.acquire(first);
-  ForwardOutput output;
-  model->forward(first.data(), 10, lease.state, {}, {}, output);
+  prefill(*model, first, lease, 0);
+  lease.drafter.reset();
   cache.release(std::move(lease), first);
   CacheLease hit = cache.acquire(first);
   EXPECT_EQ(hit.cached_tokens, 9);
   EXPECT_EQ(hit.drafter, nullptr);
+}
+
+// Cached states are pool sequences: a hit hands out the cached sequence itself, a miss opens one,
+// and every path that drops one (eviction, an unreleased lease, clear) closes it, so the pool never
+// runs out of ids however many generations come and go.
+TEST(PrefixCachePool, LeasesAreSequencesThatEveryDropCloses) {
+  testing::TinyCheckpoint checkpoint(7);
+  testing::fill_llama(checkpoint);
+  auto model = load_model(checkpoint.write());
+  StatePool pool = model->new_pool(3);
+  PrefixCacheOptions options;
+  options.slots = 2;
+  PrefixCache cache(*model, pool, options);
+  for (int round = 0; round < 5; ++round) {
+    const std::vector<int32_t> prompt = sequence(10 + round, 8);
+    CacheLease lease = cache.acquire(prompt);
+    prefill(*model, prompt, lease, 8);
+    cache.release(std::move(lease), prompt);
+    EXPECT_LE(pool.open_count(), 2) << "round " << round;
+  }
+  const std::vector<int32_t> last = sequence(14, 8);
+  CacheLease hit = cache.acquire(last);
+  ASSERT_EQ(hit.cached_tokens, 7);
+  const SequenceId reused = hit.sequence.id();
+  cache.release(std::move(hit), last);
+  EXPECT_EQ(cache.acquire(last).sequence.id(), reused);  // dropped unreleased: closed
+  EXPECT_EQ(pool.open_count(), 1);
+  {
+    // Running leases fill the pool: a miss evicts the cached sequence to open its own.
+    CacheLease a = cache.acquire(sequence(40, 6));
+    CacheLease b = cache.acquire(sequence(41, 6));
+    EXPECT_EQ(pool.open_count(), 3);
+    CacheLease c = cache.acquire(sequence(42, 6));
+    EXPECT_EQ(pool.open_count(), 3);
+    EXPECT_EQ(cache.counters().entries, 0);
+    cache.release(std::move(a), sequence(40, 6));
+  }
+  EXPECT_EQ(pool.open_count(), 1);
+  cache.clear();
+  EXPECT_EQ(pool.open_count(), 0);
 }
 
 }  // namespace

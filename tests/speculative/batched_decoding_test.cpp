@@ -43,12 +43,12 @@ std::vector<Case> mixed_cases(int64_t vocab) {
 
 // The plain continuation the always-right drafter proposes.
 std::vector<int32_t> plain_continuation(const Model& model, const Case& c) {
-  ModelState state = model.new_state();
+  StatePool pool = model.new_pool(1);
   GenerationConfig config;
   config.max_tokens = c.max_tokens;
   std::vector<int32_t> full = c.prompt;
-  const GenerationResult plain =
-      generate_plain(model, c.prompt, state, config, [](const CommittedToken&) { return true; });
+  const GenerationResult plain = generate_plain(model, c.prompt, pool, pool.open(), config,
+                                                [](const CommittedToken&) { return true; });
   full.insert(full.end(), plain.tokens.begin(), plain.tokens.end());
   return full;
 }
@@ -65,14 +65,14 @@ class LoadRecordingCap : public FixedCap {
 
 int most_load = 0;
 
-// One case's generation as run_generation would run it, to run alone (run_to_end) or stepped
-// with others (decode_together). `full`: the prompt and its plain continuation, for the
-// always-right drafter.
-// `adjust` changes the setup before the generation is set up.
+// One case's generation as run_generation would run it, on a sequence of `pool`, to run alone
+// (run_to_end) or stepped with others of the pool (decode_together). `full`: the prompt and its
+// plain continuation, for the always-right drafter. `adjust` changes the setup before the
+// generation is set up.
 struct CaseRun {
-  CaseRun(const Model& model, const Case& c, const std::vector<int32_t>& full,
+  CaseRun(const Model& model, StatePool& pool, const Case& c, const std::vector<int32_t>& full,
           const std::function<void(DecodeSetup&)>& adjust = {})
-      : state(model.new_state()) {
+      : sequence(pool) {
     config.max_tokens = c.max_tokens;
     config.sampling.temperature = c.temperature;
     config.sampling.seed = 1234 + c.max_tokens;
@@ -87,13 +87,14 @@ struct CaseRun {
       };
     }
     if (adjust) adjust(setup);
-    decoding = std::make_unique<Decoding>(model, c.prompt, state, config, setup, keep_going);
+    decoding =
+        std::make_unique<Decoding>(model, c.prompt, pool, sequence.id(), config, setup, keep_going);
   }
   SequenceDecoder& decoder() { return decoding->decoder(); }
 
   GenerationConfig config;
   DecodeSetup setup;
-  ModelState state;
+  OwnedSequence sequence;
   TokenCallback keep_going = [](const CommittedToken&) { return true; };
   std::unique_ptr<Decoding> decoding;
 };
@@ -103,7 +104,7 @@ StepCounters step_together(const Model& model, std::vector<std::unique_ptr<CaseR
   std::vector<SequenceDecoder*> decoders;
   for (auto& run : runs) decoders.push_back(&run->decoder());
   StepCounters counters;
-  decode_together(model, decoders, &counters);
+  decode_together(model, runs.front()->sequence.pool(), decoders, &counters);
   return counters;
 }
 
@@ -118,12 +119,13 @@ TEST_P(BatchedDecoding, EveryGenerationEqualsItsLoneRun) {
   }
   const std::string dir = testing::write_stored(checkpoint, testing::Storage::q4, "batched");
   auto model = load_model(dir);
+  StatePool pool = model->new_pool(16);
   const std::vector<Case> cases = mixed_cases(model->vocab_size());
   most_load = 0;
   std::vector<std::vector<int32_t>> alone, full;
   for (const Case& c : cases) {
     full.push_back(plain_continuation(*model, c));
-    CaseRun run(*model, c, full.back());
+    CaseRun run(*model, pool, c, full.back());
     run.decoder().run_to_end();
     alone.push_back(run.decoder().result().tokens);
   }
@@ -131,7 +133,7 @@ TEST_P(BatchedDecoding, EveryGenerationEqualsItsLoneRun) {
 
   std::vector<std::unique_ptr<CaseRun>> runs;
   for (size_t i = 0; i < cases.size(); ++i) {
-    runs.push_back(std::make_unique<CaseRun>(*model, cases[i], full[i]));
+    runs.push_back(std::make_unique<CaseRun>(*model, pool, cases[i], full[i]));
   }
   const StepCounters counters = step_together(*model, runs);
   for (size_t i = 0; i < cases.size(); ++i) {
@@ -156,6 +158,7 @@ TEST(ScheduledCaps, ConfidentGenerationsTakeTheDraftBudget) {
   testing::TinyCheckpoint checkpoint(43);
   testing::fill_nemotron(checkpoint, "M*EM");
   auto model = load_model(checkpoint.write());
+  StatePool pool = model->new_pool(16);
   CostCurves curves;
   for (int w = 1; w <= 16; ++w) curves.verify_ms.push_back(10.0 + 0.5 * (w - 1));
   const CapPolicyFactory caps = make_cap_policy_factory(curves, 7, false);
@@ -174,13 +177,14 @@ TEST(ScheduledCaps, ConfidentGenerationsTakeTheDraftBudget) {
   }
   std::vector<std::unique_ptr<CaseRun>> runs;
   for (size_t i = 0; i < cases.size(); ++i) {
-    runs.push_back(std::make_unique<CaseRun>(*model, cases[i], full[i], [&, i](DecodeSetup& setup) {
-      setup.options.max_draft.reset();
-      setup.cap_policy = caps;
-      setup.drafter = [&, i] {
-        return testing::make_drafter(cases[i].drafter, full[i], model->vocab_size(), 77, 7);
-      };
-    }));
+    runs.push_back(
+        std::make_unique<CaseRun>(*model, pool, cases[i], full[i], [&, i](DecodeSetup& setup) {
+          setup.options.max_draft.reset();
+          setup.cap_policy = caps;
+          setup.drafter = [&, i] {
+            return testing::make_drafter(cases[i].drafter, full[i], model->vocab_size(), 77, 7);
+          };
+        }));
   }
   step_together(*model, runs);
   std::vector<GenerationResult> results;
@@ -230,6 +234,7 @@ TEST(LookupPreStepDefaultModel, ItsPolicyCapsTheLookupDraftsUnderLoad) {
       << "the default model is not installed at " << dir
       << "; run scripts/install_default_model.sh";
   auto model = load_model(dir);
+  StatePool pool = model->new_pool(16);
   Case c;
   c.prompt = {504, 2365, 314, 260, 2365, 314, 260, 2365, 314, 260, 2365};
   c.max_tokens = 24;
@@ -237,7 +242,7 @@ TEST(LookupPreStepDefaultModel, ItsPolicyCapsTheLookupDraftsUnderLoad) {
   const std::vector<int32_t> plain(full.begin() + c.prompt.size(), full.end());
   // cap: -1 no pre-step policy; else a LookupRecordingCap of that cap.
   auto make_run = [&](int cap, LookupRecord& record) {
-    return std::make_unique<CaseRun>(*model, c, full, [&, cap](DecodeSetup& setup) {
+    return std::make_unique<CaseRun>(*model, pool, c, full, [&, cap](DecodeSetup& setup) {
       setup.options.mode = DecodeMode::dspark;
       setup.options.max_draft = 2;
       setup.options.lookup_drafts = true;

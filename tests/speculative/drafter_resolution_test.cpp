@@ -296,9 +296,9 @@ TEST(DrafterDecode, GreedyDSparkEqualsPlainAcceptingAndRejectingDrafts) {
   auto keep_going = [](const CommittedToken&) { return true; };
 
   DecodeSetup plain_setup;
-  ModelState plain_state = target->new_state();
-  const GenerationResult plain =
-      run_generation(*target, prompt, plain_state, config, plain_setup, keep_going);
+  StatePool pool = target->new_pool(1);
+  const GenerationResult plain = run_generation(*target, prompt, pool, OwnedSequence(pool).id(),
+                                                config, plain_setup, keep_going);
   ASSERT_EQ(plain.tokens.size(), 40u);
 
   std::vector<int32_t> sequence = prompt;
@@ -320,10 +320,9 @@ TEST(DrafterDecode, GreedyDSparkEqualsPlainAcceptingAndRejectingDrafts) {
       EXPECT_EQ(setup.options.mode, DecodeMode::dspark);
       EXPECT_NE(explanation.find("mode dspark: --drafter directory"), std::string::npos)
           << explanation;
-      ModelState state = target->new_state();
       DecodeStats stats;
-      const GenerationResult result =
-          run_generation(*target, prompt, state, config, setup, keep_going, &stats);
+      const GenerationResult result = run_generation(
+          *target, prompt, pool, OwnedSequence(pool).id(), config, setup, keep_going, &stats);
       EXPECT_EQ(result.tokens, plain.tokens);
       EXPECT_GT(stats.speculative.accepted, 0);
       EXPECT_LT(stats.speculative.accepted, stats.speculative.drafted);

@@ -47,6 +47,14 @@ bool same_state(const StateSnapshot& a, const StateSnapshot& b) {
   return true;
 }
 
+// One generation's sequence, alone in its pool.
+struct LoneSequence {
+  explicit LoneSequence(const Model& model) : pool(model.new_pool(1)), id(pool.open()) {}
+  ModelState& state() { return pool.host_state(id); }
+  StatePool pool;
+  SequenceId id;
+};
+
 // Plain greedy decoding, keeping the state snapshot after every forward (indexed by length).
 struct PlainRun {
   std::vector<int32_t> tokens;
@@ -83,11 +91,11 @@ void check_lossless_greedy(const Model& model, const std::vector<std::vector<int
     const PlainRun plain = plain_run(model, prompt, max_tokens);
     {
       // generate_plain (what `dspark generate` runs) agrees with the hand-rolled plain loop.
-      ModelState state = model.new_state();
+      LoneSequence state(model);
       GenerationConfig config;
       config.max_tokens = max_tokens;
-      auto result =
-          generate_plain(model, prompt, state, config, [](const CommittedToken&) { return true; });
+      auto result = generate_plain(model, prompt, state.pool, state.id, config,
+                                   [](const CommittedToken&) { return true; });
       ASSERT_EQ(result.tokens, plain.tokens);
     }
     std::vector<int32_t> full = prompt;
@@ -107,11 +115,11 @@ void check_lossless_greedy(const Model& model, const std::vector<std::vector<int
           ++counts.state_checks;
         };
         SpeculativeGenerator generator(model, *drafter, fixed, options);
-        ModelState state = model.new_state();
+        LoneSequence state(model);
         GenerationConfig config;
         config.max_tokens = max_tokens;
-        auto result =
-            generator.generate(prompt, state, config, [](const CommittedToken&) { return true; });
+        auto result = generator.generate(prompt, state.pool, state.id, config,
+                                         [](const CommittedToken&) { return true; });
         EXPECT_EQ(result.tokens, plain.tokens) << drafter->name() << " cap " << cap;
         EXPECT_EQ(static_cast<int64_t>(result.tokens.size()), max_tokens);
         if (kind == 0) {
@@ -175,23 +183,25 @@ TEST(LosslessGreedy, EveryDecoderRunsToTheEndOfTheContext) {
     GenerationConfig config;
     config.max_tokens = 1000;
     auto keep_going = [](const CommittedToken&) { return true; };
-    ModelState plain_state = model->new_state();
-    const GenerationResult alone = generate_plain(*model, prompt, plain_state, config, keep_going);
+    LoneSequence plain_state(*model);
+    const GenerationResult alone =
+        generate_plain(*model, prompt, plain_state.pool, plain_state.id, config, keep_going);
     EXPECT_EQ(alone.tokens, plain.tokens);
     EXPECT_EQ(alone.finish_reason, FinishReason::length);
-    EXPECT_EQ(plain_state.length(), kContext);
+    EXPECT_EQ(plain_state.state().length(), kContext);
     std::vector<int32_t> full = prompt;
     full.insert(full.end(), plain.tokens.begin(), plain.tokens.end());
     for (int kind = 0; kind < 4; ++kind) {
       for (int cap : {1, 3, 8}) {
         std::unique_ptr<Drafter> drafter = make_drafter(kind, full, model->vocab_size(), 7, cap);
         FixedCap fixed(cap);
-        ModelState state = model->new_state();
-        const GenerationResult result = SpeculativeGenerator(*model, *drafter, fixed)
-                                            .generate(prompt, state, config, keep_going);
+        LoneSequence state(*model);
+        const GenerationResult result =
+            SpeculativeGenerator(*model, *drafter, fixed)
+                .generate(prompt, state.pool, state.id, config, keep_going);
         EXPECT_EQ(result.tokens, plain.tokens) << drafter->name() << " cap " << cap;
         EXPECT_EQ(result.finish_reason, FinishReason::length);
-        EXPECT_EQ(state.length(), kContext) << drafter->name() << " cap " << cap;
+        EXPECT_EQ(state.state().length(), kContext) << drafter->name() << " cap " << cap;
       }
     }
   }
@@ -255,15 +265,16 @@ TEST(DecodeTogether, EveryGenerationEqualsItsLoneRunStateByState) {
     options.after_round = [&](const ModelState& state) {
       alone_states[i].push_back(state.snapshot());
     };
-    ModelState state = model->new_state();
-    alone.push_back(SpeculativeGenerator(*model, *drafter, cap, options)
-                        .generate(cases[i].prompt, state, cases[i].config, keep_going));
+    LoneSequence state(*model);
+    alone.push_back(
+        SpeculativeGenerator(*model, *drafter, cap, options)
+            .generate(cases[i].prompt, state.pool, state.id, cases[i].config, keep_going));
   }
 
   std::vector<std::unique_ptr<Drafter>> drafters;
   std::vector<std::unique_ptr<FixedCap>> caps;
   std::vector<SpeculativeOptions> options(cases.size());
-  std::vector<ModelState> states;
+  StatePool pool = model->new_pool(static_cast<int>(cases.size()));
   std::vector<std::unique_ptr<SequenceDecoder>> decoders;
   std::vector<SequenceDecoder*> together;
   std::vector<size_t> rounds(cases.size(), 0);
@@ -271,7 +282,6 @@ TEST(DecodeTogether, EveryGenerationEqualsItsLoneRunStateByState) {
   for (size_t i = 0; i < cases.size(); ++i) {
     drafters.push_back(drafter_for(cases[i]));
     caps.push_back(std::make_unique<FixedCap>(cases[i].cap));
-    states.push_back(model->new_state());
   }
   for (size_t i = 0; i < cases.size(); ++i) {
     options[i].after_round = [&, i](const ModelState& state) {
@@ -282,11 +292,11 @@ TEST(DecodeTogether, EveryGenerationEqualsItsLoneRunStateByState) {
       ++state_checks;
     };
     decoders.push_back(std::make_unique<SequenceDecoder>(*model, *drafters[i], *caps[i], options[i],
-                                                         cases[i].prompt, states[i],
+                                                         cases[i].prompt, pool, pool.open(),
                                                          cases[i].config, keep_going));
     together.push_back(decoders.back().get());
   }
-  decode_together(*model, together);
+  decode_together(*model, pool, together);
   int with_drafts = 0, forced = 0;
   for (size_t i = 0; i < cases.size(); ++i) {
     ASSERT_TRUE(decoders[i]->finished());
@@ -348,11 +358,11 @@ TEST(ConfidenceSchedule, VerifiesOnlyWhatSurvivalPaysForAndStaysLossless) {
           EXPECT_TRUE(same_state(state.snapshot(), expected->second));
         };
         SpeculativeGenerator generator(*model, drafter, policy, options);
-        ModelState state = model->new_state();
+        LoneSequence state(*model);
         GenerationConfig config;
         config.max_tokens = 16;
-        const auto result =
-            generator.generate(prompt, state, config, [](const CommittedToken&) { return true; });
+        const auto result = generator.generate(prompt, state.pool, state.id, config,
+                                               [](const CommittedToken&) { return true; });
         EXPECT_EQ(result.tokens, plain.tokens) << "wrong " << wrong << " certainty " << certainty;
         const SpeculativeStats& stats = generator.stats();
         if (certainty == 0.0) {
@@ -536,14 +546,14 @@ class LosslessSampling : public ::testing::Test {
   // One sampled generation on top of `prefix` (prompt_prefix), ended after `count` tokens.
   GenerationResult sample(SpeculativeGenerator& generator, const StateSnapshot& prefix,
                           uint64_t seed, int count) const {
-    ModelState run = model->new_state();
-    run.restore(prefix);
+    LoneSequence run(*model);
+    run.state().restore(prefix);
     GenerationConfig config;
     config.sampling = sampling;
     config.sampling.seed = seed;
     config.max_tokens = 8;
     int seen = 0;
-    return generator.generate(prompt, run, config,
+    return generator.generate(prompt, run.pool, run.id, config,
                               [&](const CommittedToken&) { return ++seen < count; });
   }
 
@@ -598,16 +608,14 @@ TEST_F(LosslessSampling, FirstTwoTokensFollowTheTargetUnderScheduledLoad) {
   std::vector<std::map<int64_t, int64_t>> drafts_seen(kWorkers);
   int64_t widest = 0;
   for (int i = 0; i < kPerWorker; ++i) {
-    std::vector<ModelState> states;
+    StatePool pool = model->new_pool(kWorkers);
     std::vector<GenerationConfig> configs(kWorkers);
     std::vector<int> seen(kWorkers, 0);
     std::vector<TokenCallback> callbacks;
     std::vector<std::unique_ptr<Decoding>> decodings;
     std::vector<SequenceDecoder*> together;
-    states.reserve(kWorkers);  // the decoders hold references to them
     for (int w = 0; w < kWorkers; ++w) {
-      states.push_back(model->new_state());
-      states.back().restore(prefix);
+      pool.restore(pool.open(), prefix);
       configs[w].sampling = sampling;
       configs[w].sampling.seed = 50000 + w * kPerWorker + i;
       configs[w].max_tokens = 8;
@@ -615,11 +623,11 @@ TEST_F(LosslessSampling, FirstTwoTokensFollowTheTargetUnderScheduledLoad) {
     }
     for (int w = 0; w < kWorkers; ++w) {
       decodings.push_back(
-          std::make_unique<Decoding>(*model, prompt, states[w], configs[w], setup, callbacks[w]));
+          std::make_unique<Decoding>(*model, prompt, pool, w, configs[w], setup, callbacks[w]));
       together.push_back(&decodings.back()->decoder());
     }
     StepCounters counters;
-    decode_together(*model, together, &counters);
+    decode_together(*model, pool, together, &counters);
     widest = std::max(widest, counters.widest);
     for (int w = 0; w < kWorkers; ++w) {
       const GenerationResult& result = together[w]->result();
@@ -820,9 +828,10 @@ TEST(ReasoningBudgetDecoding, SpeculativeEqualsPlainWithTheBudget) {
       } else {
         ++quiet_cases;
       }
-      ModelState plain_state = model->new_state();
-      const GenerationResult reference = generate_plain(*model, prompt, plain_state, config,
-                                                        [](const CommittedToken&) { return true; });
+      LoneSequence plain_state(*model);
+      const GenerationResult reference =
+          generate_plain(*model, prompt, plain_state.pool, plain_state.id, config,
+                         [](const CommittedToken&) { return true; });
       ASSERT_EQ(reference.tokens, expected) << "budget " << c.budget;
       EXPECT_EQ(reference.budget_forced, fire_at >= 0);
 
@@ -839,9 +848,9 @@ TEST(ReasoningBudgetDecoding, SpeculativeEqualsPlainWithTheBudget) {
                         : make_drafter(kind, full, vocab, 200 + cap, cap);
           FixedCap fixed(cap);
           SpeculativeGenerator generator(*model, *drafter, fixed);
-          ModelState state = model->new_state();
-          const GenerationResult result =
-              generator.generate(prompt, state, config, [](const CommittedToken&) { return true; });
+          LoneSequence state(*model);
+          const GenerationResult result = generator.generate(
+              prompt, state.pool, state.id, config, [](const CommittedToken&) { return true; });
           EXPECT_EQ(result.tokens, expected)
               << drafter->name() << " cap " << cap << " budget " << c.budget;
           EXPECT_EQ(result.budget_forced, reference.budget_forced);
@@ -877,8 +886,8 @@ TEST(ReasoningBudgetDecoding, LogprobsOnlyWhenAskedAndEqualAcrossDecoders) {
     return logprobs;
   };
   auto plain = [&](const TokenCallback& on_token) {
-    ModelState state = model->new_state();
-    generate_plain(*model, prompt, state, config, on_token);
+    LoneSequence state(*model);
+    generate_plain(*model, prompt, state.pool, state.id, config, on_token);
   };
   EXPECT_EQ(collect(plain), std::vector<float>(config.max_tokens, 0.0f));
   config.logprobs = true;
@@ -889,8 +898,8 @@ TEST(ReasoningBudgetDecoding, LogprobsOnlyWhenAskedAndEqualAcrossDecoders) {
   FixedCap cap(3);
   SpeculativeGenerator generator(*model, drafter, cap);
   const std::vector<float> speculative = collect([&](const TokenCallback& on_token) {
-    ModelState state = model->new_state();
-    generator.generate(prompt, state, config, on_token);
+    LoneSequence state(*model);
+    generator.generate(prompt, state.pool, state.id, config, on_token);
   });
   ASSERT_EQ(speculative.size(), reported.size());
   for (size_t i = 0; i < reported.size(); ++i) EXPECT_NEAR(speculative[i], reported[i], 1e-5);
@@ -921,10 +930,10 @@ TEST(RunGeneration, ReportsTheStartingCapWithoutAdvancingThePolicy) {
   setup.cap_policy = [&](const DecodeOptions&) { return std::make_unique<CountingCap>(&calls); };
   GenerationConfig config;
   config.max_tokens = 10;
-  ModelState state = model->new_state();
+  LoneSequence state(*model);
   DecodeStats stats;
   run_generation(
-      *model, test_prompts(model->vocab_size())[0], state, config, setup,
+      *model, test_prompts(model->vocab_size())[0], state.pool, state.id, config, setup,
       [](const CommittedToken&) { return true; }, &stats);
   EXPECT_EQ(stats.cap, 2);
   EXPECT_GT(stats.speculative.rounds, 0);
@@ -948,8 +957,9 @@ TEST(LosslessGreedy, PenaltiesAndLogitBiasEqualPlain) {
   auto keep_going = [](const CommittedToken&) { return true; };
   int with_drafts = 0;
   for (const auto& prompt : test_prompts(vocab)) {
-    ModelState plain_state = model->new_state();
-    const auto plain = generate_plain(*model, prompt, plain_state, config, keep_going);
+    LoneSequence plain_state(*model);
+    const auto plain =
+        generate_plain(*model, prompt, plain_state.pool, plain_state.id, config, keep_going);
     EXPECT_NE(plain.tokens, plain_run(*model, prompt, config.max_tokens).tokens)
         << "the adjustments should change the output";
     std::vector<int32_t> full = prompt;
@@ -959,8 +969,8 @@ TEST(LosslessGreedy, PenaltiesAndLogitBiasEqualPlain) {
         std::unique_ptr<Drafter> drafter = make_drafter(kind, full, vocab, 200 + cap, cap);
         FixedCap fixed(cap);
         SpeculativeGenerator generator(*model, *drafter, fixed, {});
-        ModelState state = model->new_state();
-        const auto result = generator.generate(prompt, state, config, keep_going);
+        LoneSequence state(*model);
+        const auto result = generator.generate(prompt, state.pool, state.id, config, keep_going);
         EXPECT_EQ(result.tokens, plain.tokens) << drafter->name() << " cap " << cap;
         if (kind == 0) with_drafts += generator.stats().accepted > 0;
       }
@@ -971,8 +981,9 @@ TEST(LosslessGreedy, PenaltiesAndLogitBiasEqualPlain) {
   GenerationConfig forced;
   forced.max_tokens = 5;
   forced.sampling.logit_bias = {{9, 1000.0f}};
-  ModelState state = model->new_state();
-  EXPECT_EQ(generate_plain(*model, test_prompts(vocab)[0], state, forced, keep_going).tokens,
+  LoneSequence state(*model);
+  EXPECT_EQ(generate_plain(*model, test_prompts(vocab)[0], state.pool, state.id, forced, keep_going)
+                .tokens,
             std::vector<int32_t>(5, 9));
 }
 
@@ -1029,9 +1040,10 @@ TEST(AnswerPrefixDecoding, SpeculativeEqualsPlainWithAForcedPrefix) {
   cases[2].expected = continued(head);
   for (Case& c : cases) {
     c.config.max_tokens = max_tokens;
-    ModelState plain_state = model->new_state();
-    const GenerationResult reference = generate_plain(*model, prompt, plain_state, c.config,
-                                                      [](const CommittedToken&) { return true; });
+    LoneSequence plain_state(*model);
+    const GenerationResult reference =
+        generate_plain(*model, prompt, plain_state.pool, plain_state.id, c.config,
+                       [](const CommittedToken&) { return true; });
     ASSERT_EQ(reference.tokens, c.expected) << c.name;
     std::vector<int32_t> full = prompt;
     full.insert(full.end(), c.expected.begin(), c.expected.end());
@@ -1040,9 +1052,9 @@ TEST(AnswerPrefixDecoding, SpeculativeEqualsPlainWithAForcedPrefix) {
         std::unique_ptr<Drafter> drafter = make_drafter(kind, full, vocab, 300 + cap, cap);
         FixedCap fixed(cap);
         SpeculativeGenerator generator(*model, *drafter, fixed);
-        ModelState state = model->new_state();
-        const GenerationResult result =
-            generator.generate(prompt, state, c.config, [](const CommittedToken&) { return true; });
+        LoneSequence state(*model);
+        const GenerationResult result = generator.generate(
+            prompt, state.pool, state.id, c.config, [](const CommittedToken&) { return true; });
         EXPECT_EQ(result.tokens, c.expected) << c.name << ", " << drafter->name() << " cap " << cap;
         EXPECT_EQ(result.budget_forced, c.config.reasoning_budget.budget > 0) << c.name;
       }
@@ -1109,9 +1121,9 @@ TEST(ConstrainedDecoding, SpeculativeEqualsPlainUnderAGrammar) {
           return id == closer ? std::string("</think>") : std::string("x");
         };
       }
-      ModelState plain_state = model->new_state();
+      LoneSequence plain_state(*model);
       const GenerationResult plain =
-          generate_plain(*model, prompt, plain_state, config, keep_going);
+          generate_plain(*model, prompt, plain_state.pool, plain_state.id, config, keep_going);
       ASSERT_GE(plain.tokens.size(), head.size());
       EXPECT_TRUE(std::equal(head.begin(), head.end(), plain.tokens.begin())) << c.name;
       // Every constrained token was allowed, and the grammar changed the output.
@@ -1133,8 +1145,9 @@ TEST(ConstrainedDecoding, SpeculativeEqualsPlainUnderAGrammar) {
           std::unique_ptr<Drafter> drafter = make_drafter(kind, full, vocab, 400 + cap, cap);
           FixedCap fixed(cap);
           SpeculativeGenerator generator(*model, *drafter, fixed);
-          ModelState state = model->new_state();
-          const GenerationResult result = generator.generate(prompt, state, config, keep_going);
+          LoneSequence state(*model);
+          const GenerationResult result =
+              generator.generate(prompt, state.pool, state.id, config, keep_going);
           EXPECT_EQ(result.tokens, plain.tokens)
               << c.name << ", " << drafter->name() << " cap " << cap;
           EXPECT_EQ(result.finish_reason, plain.finish_reason) << c.name;
@@ -1189,16 +1202,16 @@ TEST(ConstrainedDecoding, SampledTokensFollowTheRestrictedDistribution) {
   std::map<std::pair<int32_t, int32_t>, int> observed;
   const int samples = 6000;
   for (int s = 0; s < samples; ++s) {
-    ModelState run = model->new_state();
-    run.restore(prefix);
+    LoneSequence run(*model);
+    run.state().restore(prefix);
     GenerationConfig config;
     config.sampling = sampling;
     config.sampling.seed = 5000 + s;
     config.max_tokens = 6;
     config.answer_constraint.grammar.emplace(grammar, vocabulary, std::vector<int32_t>{});
     int seen = 0;
-    auto result =
-        generator.generate(prompt, run, config, [&](const CommittedToken&) { return ++seen < 2; });
+    auto result = generator.generate(prompt, run.pool, run.id, config,
+                                     [&](const CommittedToken&) { return ++seen < 2; });
     ASSERT_GE(result.tokens.size(), 2u);
     ++observed[{result.tokens[0], result.tokens[1]}];
   }

@@ -173,10 +173,10 @@ int run(const std::string& script_path, const std::string& out_path) {
     config.sampling.seed = g.value("seed", uint64_t{0});
     const std::vector<int32_t> prompt = script["prompt"].get<std::vector<int32_t>>();
     auto generate = [&](const DecodeSetup& setup, DecodeStats* stats) {
-      ModelState fresh = target->new_state();
+      StatePool pool = target->new_pool(1);
       return run_generation(
-                 *target, prompt, fresh, config, setup, [](const CommittedToken&) { return true; },
-                 stats)
+                 *target, prompt, pool, pool.open(), config, setup,
+                 [](const CommittedToken&) { return true; }, stats)
           .tokens;
     };
     DecodeSetup plain;

@@ -33,12 +33,12 @@ int main(int argc, char** argv) {
     nlohmann::json outputs = nlohmann::json::array();
     for (const auto& prompt : requests.at("prompts")) {
       const auto ids = prompt.get<std::vector<int32_t>>();
-      dspark::ModelState state = model->new_state();
+      dspark::StatePool pool = model->new_pool(1);
       dspark::RoutingCounts routing;
       model->set_routing_counts(&routing);
       nlohmann::json margins = nlohmann::json::array(), logprobs = nlohmann::json::array();
-      auto result =
-          dspark::generate_plain(*model, ids, state, config, [&](const dspark::CommittedToken& t) {
+      auto result = dspark::generate_plain(
+          *model, ids, pool, pool.open(), config, [&](const dspark::CommittedToken& t) {
             margins.push_back(t.alternatives.size() == 2
                                   ? t.alternatives[0].logprob - t.alternatives[1].logprob
                                   : 0.0f);

@@ -98,20 +98,19 @@ int run(const std::string& script_path, const std::string& out_stem) {
   for (size_t first = 0; first < prompts.size(); first += static_cast<size_t>(concurrency)) {
     const size_t end = std::min(prompts.size(), first + static_cast<size_t>(concurrency));
     std::vector<GenerationConfig> configs(end - first, base_config);
-    std::vector<ModelState> states;
-    states.reserve(end - first);  // the decoders hold references to them
+    StatePool pool = model.new_pool(static_cast<int>(end - first));
     std::vector<std::unique_ptr<SequenceDecoder>> decoders;
     std::vector<SequenceDecoder*> together;
     for (size_t i = first; i < end; ++i) {
       GenerationConfig& config = configs[i - first];
       config.sampling.temperature = prompts[i].value("temperature", 0.0f);
       config.sampling.seed = prompts[i].value("seed", uint64_t{0});
-      states.push_back(model.new_state());
-      decoders.push_back(std::make_unique<SequenceDecoder>(
-          model, none, no_drafts, options, prompt_tokens[i], states.back(), config, keep_going));
+      decoders.push_back(std::make_unique<SequenceDecoder>(model, none, no_drafts, options,
+                                                           prompt_tokens[i], pool, pool.open(),
+                                                           config, keep_going));
       together.push_back(decoders.back().get());
     }
-    decode_together(model, together);
+    decode_together(model, pool, together);
     for (size_t i = first; i < end; ++i) answers[i] = decoders[i - first]->result();
   }
 

@@ -1,0 +1,91 @@
+#pragma once
+// The states of every sequence one model runs, addressed by sequence id: the per-sequence KV
+// caches, conv windows, SSM states and the recordings that roll them back (model/state.h). The
+// batched forward (Model::forward_batch) takes a pool and runs that name sequence ids, and the
+// layers above the model (the decoders, the server's slots, its prefix cache) hold ids and ask the
+// pool for lengths, trims and snapshots; only the CPU backend's layers read a state's memory
+// (host_state). A device backend keeps the same ids and operations with its states in device
+// memory (docs/architecture.md, "State pool").
+//
+// Ids are slot indices in [0, capacity), reused after close. The pool allocates a sequence's KV
+// as the sequence grows (ModelState::reserve), so capacity bounds how many sequences exist at
+// once, not memory up front; bytes() reports what they hold.
+#include <cstdint>
+#include <vector>
+
+#include "model/state.h"
+
+namespace dspark {
+
+using SequenceId = int32_t;
+
+class StatePool {
+ public:
+  StatePool(const StateLayout& layout, int capacity);
+
+  const StateLayout& layout() const { return layout_; }
+  int capacity() const { return static_cast<int>(states_.size()); }
+  int open_count() const;
+
+  // An empty sequence; throws naming the capacity when every id is in use.
+  SequenceId open();
+  // Frees the sequence and its memory; the id may be handed out again.
+  void close(SequenceId sequence);
+  bool is_open(SequenceId sequence) const;
+
+  // Tokens the sequence holds.
+  int64_t length(SequenceId sequence) const { return get(sequence).length(); }
+  // Back to an empty sequence, keeping its allocation.
+  void reset(SequenceId sequence) { get(sequence).reset(); }
+  // Rolls back to `new_length` tokens (ModelState::trim: Mamba layers need a recorded forward).
+  void trim(SequenceId sequence, int64_t new_length) { get(sequence).trim(new_length); }
+  // While on, every forward of more than one row records what a trim needs.
+  void set_recording(SequenceId sequence, bool on) { get(sequence).set_recording(on); }
+  StateSnapshot snapshot(SequenceId sequence) const { return get(sequence).snapshot(); }
+  void restore(SequenceId sequence, const StateSnapshot& snapshot) {
+    get(sequence).restore(snapshot);
+  }
+  // Bytes the sequence's state holds (its KV capacity, conv windows, SSM states, recording).
+  int64_t bytes(SequenceId sequence) const;
+  // Bytes every open sequence holds.
+  int64_t bytes() const;
+
+  // The CPU backend's view of a sequence's state: its layers read and write it in place.
+  ModelState& host_state(SequenceId sequence) { return get(sequence); }
+  const ModelState& host_state(SequenceId sequence) const { return get(sequence); }
+
+ private:
+  ModelState& get(SequenceId sequence);
+  const ModelState& get(SequenceId sequence) const;
+
+  StateLayout layout_;
+  std::vector<ModelState> states_;  // [capacity]; an entry holds no memory while closed
+  // Bytes, not std::vector<bool>: the server reads a cached sequence's entry while its step
+  // thread opens and closes others, and distinct bytes are distinct memory locations.
+  std::vector<uint8_t> open_;
+};
+
+// One open sequence of a pool, closed when this is destroyed (unless released): what a slot or a
+// prefix-cache entry owns, so that no path that drops one (an error, an eviction) leaks an id.
+class OwnedSequence {
+ public:
+  OwnedSequence() = default;
+  explicit OwnedSequence(StatePool& pool) : pool_(&pool), id_(pool.open()) {}
+  OwnedSequence(OwnedSequence&& other) noexcept { *this = std::move(other); }
+  OwnedSequence& operator=(OwnedSequence&& other) noexcept;
+  OwnedSequence(const OwnedSequence&) = delete;
+  OwnedSequence& operator=(const OwnedSequence&) = delete;
+  ~OwnedSequence() { reset(); }
+
+  explicit operator bool() const { return pool_ != nullptr; }
+  StatePool& pool() const { return *pool_; }
+  SequenceId id() const { return id_; }
+  // Closes the sequence now.
+  void reset();
+
+ private:
+  StatePool* pool_ = nullptr;
+  SequenceId id_ = -1;
+};
+
+}  // namespace dspark
