@@ -165,8 +165,9 @@ def main():
                         help="first target layer the backbone starts from (-1: the one after "
                              "the deepest tap, or the last ones)")
     parser.add_argument("--init-head", type=Path,
-                        help="start from this exported head (RUN/head or the committed one) "
-                             "instead of the target's layers: a warm start on new data")
+                        help="start from this exported head (RUN/head, or the committed one, "
+                             "widened to the full vocabulary) instead of the target's layers: a "
+                             "warm start on new data")
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--minutes", type=float, default=0.0)
     parser.add_argument("--until-step", type=int, default=0,
@@ -211,13 +212,20 @@ def main():
     head.init_from_target(target, first)
     if args.init_head:
         exported = dspark_head.DSparkHead.load_exported(args.init_head, target.embedding())
-        if exported.lm_head is not None:
-            sys.exit(f"{args.init_head} has a draft vocabulary; training starts from the "
-                     "full-vocabulary head that reduce_vocab.py narrowed")
-        if exported.config != config:
+        exported_config = {k: v for k, v in exported.config.items() if k != "draft_vocab_size"}
+        if exported_config != config:
             sys.exit(f"{args.init_head} is a head of other settings ({exported.config}); pass "
                      "the --taps, --layers and --markov-rank it was trained with")
-        head.load_state_dict(exported.state_dict())
+        state = exported.state_dict()
+        if exported.lm_head is not None:
+            # A narrowed head (reduce_vocab.py): its own lm_head rows are the target's, so they
+            # go; its Markov rows go back to their target ids, and the rows outside its draft
+            # vocabulary start at zero, as in a fresh head.
+            markov_w2 = torch.zeros_like(head.markov_w2)
+            markov_w2[exported.draft_ids] = state["markov_w2"]
+            state = {k: v for k, v in state.items() if k not in ("lm_head", "draft_ids")}
+            state["markov_w2"] = markov_w2
+        head.load_state_dict(state)
     optimizer = torch.optim.AdamW(head.parameters(), lr=args.lr, weight_decay=0.0)
     step, history = 0, []
     checkpoint_path = args.run_dir / "checkpoint.pt"

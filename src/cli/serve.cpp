@@ -270,6 +270,7 @@ void add_serve_command(CLI::App& app) {
                     "Do not reuse state across requests");
   command
       ->add_option("--prefix-cache-slots", options->prefix_cache_slots, "Conversations kept (LRU)")
+      ->check(CLI::Range(0, 256))
       ->capture_default_str();
   command
       ->add_option("--prefix-cache-rungs", options->prefix_cache_rungs,

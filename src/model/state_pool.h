@@ -35,8 +35,6 @@ class StatePool {
 
   // Tokens the sequence holds.
   int64_t length(SequenceId sequence) const { return get(sequence).length(); }
-  // Back to an empty sequence, keeping its allocation.
-  void reset(SequenceId sequence) { get(sequence).reset(); }
   // Rolls back to `new_length` tokens (ModelState::trim: Mamba layers need a recorded forward).
   void trim(SequenceId sequence, int64_t new_length) { get(sequence).trim(new_length); }
   // While on, every forward of more than one row records what a trim needs.

@@ -39,3 +39,15 @@ def test_absurd_thread_counts_are_refused():
     assert "--threads: 100000 threads is outside [0, " in result.stderr, result.stderr
     assert "x the" in result.stderr and "CPUs this process may use; 0 = all)" in result.stderr
     assert "system_error" not in result.stderr and "terminate" not in result.stderr
+
+
+@pytest.mark.parametrize("flags", [["--prefix-cache-slots", "1000000000"],
+                                   ["--prefix-cache-slots", "-1"], ["--parallel", "0"]])
+def test_absurd_serve_sizes_are_refused_before_the_model_loads(flags):
+    """The state pool holds --parallel + --prefix-cache-slots sequences: sizes past their ranges
+    are refused by name, not met with an allocation that fails."""
+    result = subprocess.run([str(BUILD_DIR / "dspark"), "serve", "--model", "/nonexistent-model",
+                             *flags], capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert flags[0] in result.stderr and "not in range" in result.stderr, result.stderr
+    assert "terminate" not in result.stderr and "bad_alloc" not in result.stderr
