@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <numeric>
 
+#include "../error_of.h"
 #include "base/error.h"
 #include "formats/model_store.h"
 #include "tiny_checkpoint.h"
@@ -44,14 +45,7 @@ float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return m;
 }
 
-std::string error_of(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testing::error_of;
 
 // Three sequences at different depths run one batched forward (a 1-token decode, a recorded
 // 6-token verify, a 23-token prefill, with taps and logits of every row) in steps of `chunk` rows;

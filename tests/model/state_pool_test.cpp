@@ -7,6 +7,7 @@
 #include <functional>
 #include <string>
 
+#include "../error_of.h"
 #include "base/error.h"
 
 namespace dspark {
@@ -25,14 +26,7 @@ StateLayout hybrid_layout() {
   return layout;
 }
 
-std::string error_of(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::error_of;
 
 TEST(StatePool, OpensClosesAndReusesIds) {
   StatePool pool(hybrid_layout(), 2);

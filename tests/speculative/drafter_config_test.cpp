@@ -4,6 +4,7 @@
 #include <cstring>
 #include <functional>
 
+#include "../error_of.h"
 #include "../model/tiny_checkpoint.h"
 #include "base/error.h"
 #include "formats/checkpoint.h"
@@ -40,14 +41,7 @@ json dflash_config() {
   return c;
 }
 
-std::string error_of(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testing::error_of;
 
 std::string dspark_error(const std::function<void(json&)>& damage) {
   json c = dspark_config();
