@@ -521,13 +521,15 @@ void run_benchmark(const BenchmarkOptions& options) {
     fmt::print(stderr, "json: {}\n", options.json_path);
   }
   if (!options.plot_path.empty()) {
-    write_file(options.plot_path, report_svg(report));
-    fmt::print(stderr, "chart: {}\n", options.plot_path);
-    convert_to_png(options.plot_path);
+    // The charts are SVG files: a name without the suffix gets it, so that the files open as such.
+    std::filesystem::path plot = options.plot_path;
+    if (plot.extension() != ".svg") plot += ".svg";
+    write_file(plot.string(), report_svg(report));
+    fmt::print(stderr, "chart: {}\n", plot.string());
+    convert_to_png(plot.string());
     if (!report.loads.empty()) {
-      std::filesystem::path load_plot = options.plot_path;
-      load_plot.replace_filename(load_plot.stem().string() + "-concurrency" +
-                                 load_plot.extension().string());
+      std::filesystem::path load_plot = plot;
+      load_plot.replace_filename(plot.stem().string() + "-concurrency.svg");
       write_file(load_plot.string(), concurrency_svg(report));
       fmt::print(stderr, "chart: {}\n", load_plot.string());
       convert_to_png(load_plot.string());
@@ -568,7 +570,8 @@ void add_benchmark_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   command->add_option("--json", options->json_path, "Also write the results as JSON");
   command->add_option("--plot", options->plot_path,
-                      "Write an SVG chart (and a PNG when rsvg-convert exists)");
+                      "Write an SVG chart to this path (.svg added when missing; a PNG beside it "
+                      "when rsvg-convert exists)");
   command->add_option("--threads", options->threads, "Worker threads (default: all CPUs)");
   add_numerics_flag(*command);
   command->add_flag("--recalibrate", options->recalibrate, "Measure verify costs even when cached");

@@ -189,10 +189,10 @@ def test_concurrency_sweep_batches_and_stays_lossless(tiny_nemotron, tmp_path):
     """--concurrency 1,2,4 runs every arm with that many generations at once through shared
     steps: every generation equals plain decoding of its prompt, the steps carry several
     sequences, the derived cap falls (or holds) as load rises, and the second chart draws one
-    line per arm."""
+    line per arm. A --plot name without .svg gets it."""
     result = run_benchmark(tiny_nemotron, tmp_path, tmp_path / "cache", [
         "--concurrency", "1,2,4",
-        "--json", str(tmp_path / "load.json"), "--plot", str(tmp_path / "load.svg")],
+        "--json", str(tmp_path / "load.json"), "--plot", str(tmp_path / "load")],
         caps="derived,2", trials=1)
     loads = json.loads((tmp_path / "load.json").read_text())["concurrency"]
     arms = ["baseline", "dspark cap=derived", "dspark cap=2", "lookup"]
@@ -220,6 +220,7 @@ def test_concurrency_sweep_batches_and_stays_lossless(tiny_nemotron, tmp_path):
     assert [n for n, _ in derived] == [1, 2, 4]
     assert all(is_derived_cap(cap, calibration, n) for n, cap in derived), (derived, calibration)
     assert "4 sequences" in result.stdout
+    assert (tmp_path / "load.svg").exists() and not (tmp_path / "load").exists()
     root = ET.parse(tmp_path / "load-concurrency.svg").getroot()
     groups = {group.get("id"): group.findall(SVG + "polyline") for group in root.findall(SVG + "g")}
     # Aggregate tok/s and the measured step cost SPS(B) per arm at each load; the step-cost panel
