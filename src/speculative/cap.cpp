@@ -275,12 +275,27 @@ void AutoCapController::observe(double outcome) {
   p_ += rate * (outcome - p_);
 }
 
-void AutoCapController::on_round(int cap_used, int accepted, double seconds, int committed) {
-  if (cap_used < 1) return;
-  for (int i = 0; i < accepted; ++i) observe(1.0);
-  // A fully accepted round says nothing about the slot after it (censored): no failure.
-  if (accepted < cap_used) observe(0.0);
+int AutoCapController::drafts_to_verify(const std::vector<double>& survival, int offered) {
+  if (!params_.confidence_schedule) return offered;
+  std::vector<DraftCandidate> alone(1);
+  alone[0].context = context_;
+  const int keep = std::min(
+      offered, drafts_worth_verifying(curves_, std::move(alone), 0, p_, load_ - 1, survival));
+  // A round with nothing verified shows no acceptance: the first draft's survival stands in for
+  // its outcome, so that a head whose confidences keep saying no is measured, and parked.
+  if (keep == 0 && offered > 0) observe(std::clamp(survival.front(), 0.0, 1.0));
+  return keep;
+}
 
+void AutoCapController::on_round(const RoundOutcome& round) {
+  const int cap_used = round.cap;
+  if (cap_used < 1) return;
+  for (int i = 0; i < round.accepted; ++i) observe(1.0);
+  // A fully accepted round says nothing about the slot after it (censored): no failure.
+  if (round.verified > 0 && round.accepted < round.verified) observe(0.0);
+
+  const int committed = round.committed;
+  const double seconds = round.seconds;
   if (cap_used <= max_cap_ && committed > 0 && seconds > 0.0) {
     CapTiming& timing = timing_[cap_used];
     ++timing.rounds;
@@ -289,11 +304,16 @@ void AutoCapController::on_round(int cap_used, int accepted, double seconds, int
     const double ms = seconds * 1000.0;
     timing.ms_per_round += rate * (ms - timing.ms_per_round);
     timing.tokens_per_round += rate * (committed - timing.tokens_per_round);
+    // What the curves say this round cost: all its drafting, the rows it verified.
+    const int rows = round.verified + 1;
+    const double modelled = curves_.drafter(cap_used) + curves_.verify(rows) +
+                            curves_.depth(rows, context_) + curves_.overhead_ms;
+    timing.modelled_ms_per_round += rate * (modelled - timing.modelled_ms_per_round);
     timing.last_round = round_;
     // The correction scales the modelled costs only: acceptance is the estimate p's business, and
     // folding its noise in here would make every unobserved cap (parking included) look better
     // after a lucky streak.
-    const double timing_ratio = curves_.round_ms(cap_used, context_) / timing.ms_per_round;
+    const double timing_ratio = timing.modelled_ms_per_round / timing.ms_per_round;
     correction_ += params_.correction_rate * (timing_ratio - correction_);
   }
   // A probe decides at once whether to leave the parked state. Probes that do not end it, each
@@ -305,7 +325,7 @@ void AutoCapController::on_round(int cap_used, int accepted, double seconds, int
     repick();
     if (cap_ == 0) {
       const bool cap1_measured = timing_[1].rounds >= params_.min_rounds_observed;
-      probe_gap_ = accepted > 0 && !cap1_measured
+      probe_gap_ = round.accepted > 0 && !cap1_measured
                        ? params_.probe_every
                        : std::min<int64_t>(2 * probe_gap_, params_.max_probe_every);
     }
@@ -345,6 +365,7 @@ CapPolicyFactory make_cap_policy_factory(CostCurves curves, int max_cap, bool al
     if (options.auto_cap) {
       AutoCapController::Params params;
       params.allow_parking = allow_parking;
+      params.confidence_schedule = options.confidence_schedule;
       return std::make_unique<AutoCapController>(curves, max_cap, params);
     }
     return std::make_unique<DerivedCap>(scheduler, options.confidence_schedule);

@@ -109,7 +109,8 @@ int derive_cap(const CostCurves& curves, int max_cap, const std::vector<double>&
 // observed rate is EWMA(committed) / EWMA(round time), not an EWMA of per-round ratios (which
 // overstates the cost of noisy rounds); and the global correction scales modelled round *times*
 // only, so a lucky acceptance streak cannot make every unobserved cap, parking included, look
-// better.
+// better. With a confidence head the drafts of a round are then pruned by the same stopping rule
+// as the derived cap's (drafts_to_verify).
 class AutoCapController : public CapPolicy {
  public:
   struct Params {
@@ -126,6 +127,8 @@ class AutoCapController : public CapPolicy {
     int min_rounds_observed = 4;
     int obs_max_age = 32;
     double correction_rate = 0.05;
+    // Verify only the drafts whose survival estimates pay for their rows (drafts_to_verify).
+    bool confidence_schedule = true;
   };
 
   AutoCapController(CostCurves curves, int max_cap);
@@ -134,7 +137,11 @@ class AutoCapController : public CapPolicy {
   // The controller's cap; under load no more than the derived cap at its acceptance estimate for
   // that load.
   int cap_for_round() override;
-  void on_round(int cap_used, int accepted, double seconds, int committed) override;
+  // Confidence-scheduled verification (drafts_worth_verifying) continued at the controller's
+  // acceptance estimate. The controller's cap is what is drafted; its rounds are timed whatever
+  // was verified, so the measured rate of a cap is the rate of drafting it under the schedule.
+  int drafts_to_verify(const std::vector<double>& survival, int offered) override;
+  void on_round(const RoundOutcome& round) override;
   void on_load(int sequences) override { load_ = std::max(sequences, 1); }
 
   // Context depth of the sequence (prompt + generated), for the depth term of the cost model.
@@ -156,6 +163,7 @@ class AutoCapController : public CapPolicy {
   struct CapTiming {
     double ms_per_round = 0.0;
     double tokens_per_round = 0.0;
+    double modelled_ms_per_round = 0.0;  // the same rounds as the curves price them
     int64_t rounds = 0;
     int64_t last_round = 0;
   };

@@ -108,22 +108,28 @@ int DraftScheduler::cap_for(int member, int sequences) const {
   return allocate_drafts(curves_, all, plain).caps.at(self);
 }
 
+int drafts_worth_verifying(const CostCurves& curves, std::vector<DraftCandidate> candidates,
+                           size_t self, double acceptance, int plain_sequences,
+                           const std::vector<double>& survival) {
+  candidates.at(self).drafted = true;
+  std::vector<double>& known = candidates[self].survival;
+  const int offered = static_cast<int>(survival.size());
+  for (int j = 1; j <= offered; ++j) {
+    known.assign(survival.begin(), survival.begin() + j);
+    double running = std::clamp(known.back(), 0.0, 1.0);
+    for (int k = j; k < offered; ++k) known.push_back(running *= acceptance);
+    if (allocate_drafts(curves, candidates, plain_sequences).caps[self] < j) return j - 1;
+  }
+  return offered;
+}
+
 int DraftScheduler::drafts_for(int member, int sequences,
                                const std::vector<double>& survival) const {
   size_t self = 0;
   double acceptance = kDerivedCapPrior;
   std::vector<DraftCandidate> all = candidates(member, self, acceptance);
-  all[self].drafted = true;
   const int plain = std::max(0, sequences - static_cast<int>(all.size()));
-  const int offered = static_cast<int>(survival.size());
-  for (int j = 1; j <= offered; ++j) {
-    std::vector<double>& known = all[self].survival;
-    known.assign(survival.begin(), survival.begin() + j);
-    double running = std::clamp(known.back(), 0.0, 1.0);
-    for (int k = j; k < offered; ++k) known.push_back(running *= acceptance);
-    if (allocate_drafts(curves_, all, plain).caps.at(self) < j) return j - 1;
-  }
-  return offered;
+  return drafts_worth_verifying(curves_, std::move(all), self, acceptance, plain, survival);
 }
 
 DerivedCap::DerivedCap(std::shared_ptr<DraftScheduler> scheduler, bool use_survival)
@@ -163,10 +169,9 @@ void DerivedCap::on_context(int64_t tokens) {
   scheduler_->post(member_, acceptance(), context_);
 }
 
-void DerivedCap::on_round(int cap_used, int accepted, double seconds, int committed) {
-  (void)seconds, (void)committed;
-  if (cap_used < 1) return;
-  acceptance_.observe(cap_used, accepted);
+void DerivedCap::on_round(const RoundOutcome& round) {
+  if (round.verified < 1) return;
+  acceptance_.observe(round.verified, round.accepted);
   scheduler_->post(member_, acceptance(), context_);
 }
 

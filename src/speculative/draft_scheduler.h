@@ -40,6 +40,20 @@ DraftAllocation allocate_drafts(const CostCurves& curves,
                                 const std::vector<DraftCandidate>& candidates,
                                 int plain_sequences = 0);
 
+// The stopping rule of confidence-scheduled verification: how many of a drafted candidate's
+// drafts to verify, given their survival estimates (the confidence head's). Draft j is admitted
+// while the allocation over `candidates` (`self` being the one that drafted, its drafting paid,
+// its survival known up to draft j and continued beyond it at `acceptance`) still gives it more
+// than j - 1 drafts. Deciding draft j from the survivals up to j only (each depends on the drafts
+// before it, never on draft j) is a stopping rule, under which rejection sampling stays exact;
+// letting the survival of draft j + 1 decide would let draft j's own value decide whether it is
+// verified, which biases sampled output. The continuation at `acceptance` lets a fixed per-round
+// cost be spread over the drafts that follow, where a walk stopping at the first budget that
+// lowers the rate would never verify a first draft that does not pay alone.
+int drafts_worth_verifying(const CostCurves& curves, std::vector<DraftCandidate> candidates,
+                           size_t self, double acceptance, int plain_sequences,
+                           const std::vector<double>& survival);
+
 // The candidates of one server (or one benchmark arm): each generation's derived-cap policy joins
 // it, and asks it for its cap when more than one generation shares the steps.
 class DraftScheduler {
@@ -56,15 +70,8 @@ class DraftScheduler {
   // the step (those beyond the members decode plain).
   int cap_for(int member, int sequences) const;
   // How many of the member's drafts to verify once it has drafted, given their survival
-  // estimates (the confidence head's): draft j is admitted while the allocation, with this
-  // member's drafting paid and its survival known up to draft j and continued beyond it at its
-  // posted acceptance, still gives the member more than j - 1 drafts. The others are priced as
-  // in cap_for. Deciding draft j from the survivals up to j only (each depends on the drafts
-  // before it, never on draft j) is a stopping rule, under which rejection sampling stays exact;
-  // letting the survival of draft j + 1 decide would let draft j's own value decide whether it is
-  // verified, which biases sampled output. The continuation at the posted acceptance lets a fixed
-  // per-round cost be spread over the drafts that follow, where a walk stopping at the first
-  // budget that lowers the rate would never verify a first draft that does not pay alone.
+  // estimates: drafts_worth_verifying, continued at the member's posted acceptance, the others
+  // priced as in cap_for.
   int drafts_for(int member, int sequences, const std::vector<double>& survival) const;
 
  private:
@@ -104,7 +111,7 @@ class DerivedCap : public CapPolicy {
   int drafts_to_verify(const std::vector<double>& survival, int offered) override;
   void on_load(int sequences) override { sequences_ = std::max(sequences, 1); }
   void on_context(int64_t tokens) override;
-  void on_round(int cap_used, int accepted, double seconds, int committed) override;
+  void on_round(const RoundOutcome& round) override;
   double acceptance() const { return acceptance_.value(); }
 
  private:

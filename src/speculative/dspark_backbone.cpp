@@ -1,10 +1,8 @@
 #include "speculative/dspark_backbone.h"
 
 #include <cmath>
-#include <limits>
 
 #include "base/error.h"
-#include "base/thread_pool.h"
 #include "kernels/ops.h"
 #include "model/qwen3_block.h"
 
@@ -19,56 +17,6 @@ std::vector<float> offset_if(std::vector<float> weight, bool offset) {
 }
 
 }  // namespace
-
-void block_attention(const BlockAttention& spec, const float* q, int64_t rows,
-                     const float* ctx_keys, const float* ctx_values, int64_t ctx_rows,
-                     const float* block_keys, const float* block_values, float* out) {
-  const int64_t hd = spec.head_dim, group = spec.heads / spec.kv_heads;
-  const int64_t kv_width = spec.kv_heads * hd;
-  const int64_t p = ctx_rows;
-  default_pool().parallel_for(rows * spec.heads, 1, [&](int64_t begin, int64_t end, int) {
-    std::vector<float> scores(static_cast<size_t>(ctx_rows + rows));
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t i = task / spec.heads, h = task % spec.heads, kv = h / group;
-      const int64_t query_position = p + i;
-      const float* qi = q + (i * spec.heads + h) * hd;
-      auto visible = [&](int64_t key_position) {
-        if (spec.causal && key_position > query_position) return false;
-        return spec.window <= 0 || key_position > query_position - spec.window;
-      };
-      auto key_row = [&](int64_t j) {
-        return j < p ? ctx_keys + j * kv_width + kv * hd
-                     : block_keys + (j - p) * kv_width + kv * hd;
-      };
-      auto value_row = [&](int64_t j) {
-        return j < p ? ctx_values + j * kv_width + kv * hd
-                     : block_values + (j - p) * kv_width + kv * hd;
-      };
-      float max_score =
-          spec.sinks != nullptr ? spec.sinks[h] : -std::numeric_limits<float>::infinity();
-      for (int64_t j = 0; j < p + rows; ++j) {
-        if (!visible(j)) continue;
-        const float* k = key_row(j);
-        float dot = 0.0f;
-        for (int64_t d = 0; d < hd; ++d) dot += qi[d] * k[d];
-        scores[j] = dot * spec.scale;
-        max_score = std::max(max_score, scores[j]);
-      }
-      float denominator = spec.sinks != nullptr ? std::exp(spec.sinks[h] - max_score) : 0.0f;
-      float* o = out + (i * spec.heads + h) * hd;
-      std::fill(o, o + hd, 0.0f);
-      for (int64_t j = 0; j < p + rows; ++j) {
-        if (!visible(j)) continue;
-        const float weight = std::exp(scores[j] - max_score);
-        denominator += weight;
-        const float* v = value_row(j);
-        for (int64_t d = 0; d < hd; ++d) o[d] += weight * v[d];
-      }
-      const float inverse = 1.0f / denominator;
-      for (int64_t d = 0; d < hd; ++d) o[d] *= inverse;
-    }
-  });
-}
 
 DrafterBackbone::DrafterBackbone(const BackboneConfig& config, DrafterTensors& t)
     : config_(config) {
@@ -214,13 +162,13 @@ void DrafterBackbone::run_blocks(const float* embedded, std::span<const int64_t>
         {&layer.q_proj->weights, &layer.k_proj->weights, &layer.v_proj->weights,
          &layer.o_proj->weights, layer.q_norm.data(), layer.k_norm.data()},
         {&layer.gate_proj->weights, &layer.up_proj->weights, &layer.down_proj->weights}};
-    const BlockAttention attention{c.heads,
-                                   c.kv_heads,
-                                   hd,
-                                   c.causal[l],
-                                   c.window[l],
-                                   1.0f / std::sqrt(static_cast<float>(hd)),
-                                   layer.sinks.empty() ? nullptr : layer.sinks.data()};
+    const kernels::BlockAttentionSpec attention{c.heads,
+                                                c.kv_heads,
+                                                hd,
+                                                c.causal[l],
+                                                c.window[l],
+                                                1.0f / std::sqrt(static_cast<float>(hd)),
+                                                layer.sinks.empty() ? nullptr : layer.sinks.data()};
     // Each block sits at positions p ..., after its own context.
     const Attend blocks_over_contexts = [&](float* q, float* k, const float* v, int64_t, float* o) {
       int64_t first = 0;
@@ -231,8 +179,9 @@ void DrafterBackbone::run_blocks(const float* embedded, std::span<const int64_t>
         float* block_k = k + first * kv_width;
         kernels::rope(block_q, width, c.heads, hd, p, rope);
         kernels::rope(block_k, width, c.kv_heads, hd, p, rope);
-        block_attention(attention, block_q, width, context.keys[l].data(), context.values[l].data(),
-                        p, block_k, v + first * kv_width, o + first * q_width);
+        kernels::block_attention(attention, block_q, width, context.keys[l].data(),
+                                 context.values[l].data(), p, block_k, v + first * kv_width,
+                                 o + first * q_width);
         first += width;
       }
     };

@@ -87,19 +87,4 @@ class BackboneDrafter : public Drafter {
   const void* head_;
 };
 
-// Block attention with an explicit pattern. q: [rows, heads, hd] at positions p .. p + rows - 1;
-// keys/values: [ctx rows at positions 0 .. p - 1] followed by [rows block rows], token-major
-// [kv_heads, hd]; sinks: [heads] or null (a per-head logit in the softmax normaliser that
-// contributes no value).
-struct BlockAttention {
-  int64_t heads = 0, kv_heads = 0, head_dim = 0;
-  bool causal = false;
-  int64_t window = 0;  // 0 = none
-  float scale = 1.0f;
-  const float* sinks = nullptr;
-};
-void block_attention(const BlockAttention& spec, const float* q, int64_t rows,
-                     const float* ctx_keys, const float* ctx_values, int64_t ctx_rows,
-                     const float* block_keys, const float* block_values, float* out);
-
 }  // namespace dspark

@@ -280,11 +280,11 @@ void SequenceDecoder::plan_round() {
     DraftRequest request{committed_, static_cast<int>(lookup_cap), sampling, rng_};
     draft_ = options_.lookup->propose(request);
   }
-  cap_used_ = 0;
+  cap_planned_ = cap_used_ = 0;
   if (budget > 0 && draft_.tokens.empty()) {
     caps_.on_context(static_cast<int64_t>(committed_.size()));
     if (load_ > 0) caps_.on_load(load_);
-    cap_used_ = static_cast<int>(std::min<int64_t>(caps_.cap_for_round(), budget));
+    cap_used_ = cap_planned_ = static_cast<int>(std::min<int64_t>(caps_.cap_for_round(), budget));
     if (cap_used_ > 0) {
       source_ = &drafter_;
       phase_ = Phase::drafting;
@@ -373,9 +373,10 @@ void SequenceDecoder::finish_round() {
   if (drafts > 0 && source_ == options_.lookup && options_.lookup_caps != nullptr) {
     options_.lookup_caps->on_verified(static_cast<int>(drafts), static_cast<int>(accepted));
   }
-  if (drafts > 0 && source_ == &drafter_ && !draft_.from_lookup) {
-    caps_.on_round(cap_used_, static_cast<int>(accepted), now_seconds() - round_start_,
-                   static_cast<int>(committed_now));
+  // Rounds whose drafts were all left unverified count too: their drafting was paid.
+  if (cap_planned_ > 0 && source_ == &drafter_ && !draft_.from_lookup) {
+    caps_.on_round(RoundOutcome{cap_planned_, static_cast<int>(drafts), static_cast<int>(accepted),
+                                now_seconds() - round_start_, static_cast<int>(committed_now)});
   }
   if (options_.after_round) options_.after_round(pool_.host_state(sequence_));
 }

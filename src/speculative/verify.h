@@ -55,6 +55,15 @@ struct SpeculativeStats {
 };
 
 // Chooses the cap of each round. The loop also clips it to the remaining token budget.
+// One round of a model drafter, as its cap policy sees it.
+struct RoundOutcome {
+  int cap = 0;       // the cap the policy handed out: the drafts drafted
+  int verified = 0;  // of them verified (fewer where drafts_to_verify kept fewer; 0 = plain step)
+  int accepted = 0;  // of the verified taken
+  double seconds = 0.0;  // drafting, verifying and committing
+  int committed = 0;     // tokens committed
+};
+
 class CapPolicy {
  public:
   virtual ~CapPolicy() = default;
@@ -76,10 +85,8 @@ class CapPolicy {
     (void)survival;
     return offered;
   }
-  // A drafter (not lookup) round ended: `cap_used` drafts verified, `accepted` taken.
-  virtual void on_round(int cap_used, int accepted, double seconds, int committed) {
-    (void)cap_used, (void)accepted, (void)seconds, (void)committed;
-  }
+  // A round of the drafter (not lookup drafts) ended, verified drafts or none.
+  virtual void on_round(const RoundOutcome& round) { (void)round; }
 };
 
 class FixedCap : public CapPolicy {
@@ -194,7 +201,8 @@ class SequenceDecoder {
   std::vector<int32_t> forced_;
   Draft draft_;
   Drafter* source_ = nullptr;
-  int cap_used_ = 0;
+  int cap_planned_ = 0;  // the drafter's cap this round
+  int cap_used_ = 0;     // its drafts kept for verification
   int64_t length_before_ = 0;
   double round_start_ = 0.0;
   double forward_start_ = 0.0;

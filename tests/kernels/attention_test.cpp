@@ -1,6 +1,6 @@
-// causal_attention: every ISA equals the scalar reference bit for bit, each row is independent of
-// the rows beside it in the call and of the thread count, and the result is attention (checked
-// against a double-precision softmax).
+// causal_attention and a drafter's block_attention: every ISA equals the scalar reference bit for
+// bit, each row is independent of the rows beside it in the call and of the thread count, and the
+// result is attention (checked against a double-precision softmax).
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -189,6 +189,142 @@ TEST(CausalAttention, MatchesADoublePrecisionSoftmax) {
     }
   }
   EXPECT_LT(worst, 2e-5);
+}
+
+// A drafter block over a context: `rows` block rows after `past` context positions.
+struct DrafterBlock {
+  Shape shape;
+  int64_t rows, past;
+  std::vector<float> q, context_keys, context_values, block_keys, block_values, sinks;
+  float scale;
+
+  DrafterBlock(Shape s, int64_t rows, int64_t past, uint32_t seed)
+      : shape(s), rows(rows), past(past) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 1.5f);
+    auto fill = [&](std::vector<float>& v, int64_t n) {
+      v.resize(n);
+      for (float& x : v) x = normal(rng);
+    };
+    const int64_t kv = s.kv_heads * s.head_dim;
+    fill(q, rows * s.q_heads * s.head_dim);
+    fill(context_keys, past * kv);
+    fill(context_values, past * kv);
+    fill(block_keys, rows * kv);
+    fill(block_values, rows * kv);
+    fill(sinks, s.q_heads);
+    scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  }
+
+  BlockAttentionSpec spec(bool causal, int64_t window, bool with_sinks) const {
+    return {shape.q_heads,
+            shape.kv_heads,
+            shape.head_dim,
+            causal,
+            window,
+            scale,
+            with_sinks ? sinks.data() : nullptr};
+  }
+
+  std::vector<float> attend(Isa isa, const BlockAttentionSpec& spec) const {
+    std::vector<float> out(rows * shape.q_heads * shape.head_dim);
+    block_attention_isa(isa, spec, q.data(), rows, context_keys.data(), context_values.data(), past,
+                        block_keys.data(), block_values.data(), out.data());
+    return out;
+  }
+
+  // The largest difference from the attention written out in double precision: query row i at
+  // position past + i, keys at positions 0 .. past + rows - 1, visible as the spec says.
+  double error_against_double(const BlockAttentionSpec& spec, const std::vector<float>& out) const {
+    const int64_t dim = shape.head_dim, group = shape.q_heads / shape.kv_heads;
+    double worst = 0.0;
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t position = past + i;
+      for (int64_t h = 0; h < shape.q_heads; ++h) {
+        const int64_t kv = h / group;
+        auto key = [&](const std::vector<float>& context, const std::vector<float>& block,
+                       int64_t j) {
+          return j < past ? context.data() + (j * shape.kv_heads + kv) * dim
+                          : block.data() + ((j - past) * shape.kv_heads + kv) * dim;
+        };
+        std::vector<double> weights;
+        std::vector<int64_t> visible;
+        double peak = spec.sinks != nullptr ? spec.sinks[h] : -INFINITY;
+        for (int64_t j = 0; j < past + rows; ++j) {
+          if (spec.causal && j > position) continue;
+          if (spec.window > 0 && j <= position - spec.window) continue;
+          const float* k = key(context_keys, block_keys, j);
+          double dot = 0.0;
+          for (int64_t d = 0; d < dim; ++d) {
+            dot += static_cast<double>(q[(i * shape.q_heads + h) * dim + d]) * k[d];
+          }
+          weights.push_back(dot * scale);
+          visible.push_back(j);
+          peak = std::max(peak, weights.back());
+        }
+        double sum = spec.sinks != nullptr ? std::exp(spec.sinks[h] - peak) : 0.0;
+        for (double& w : weights) sum += w = std::exp(w - peak);
+        for (int64_t d = 0; d < dim; ++d) {
+          double expected = 0.0;
+          for (size_t n = 0; n < visible.size(); ++n) {
+            expected += weights[n] * key(context_values, block_values, visible[n])[d];
+          }
+          expected /= sum;
+          worst = std::max(worst, std::abs(out[(i * shape.q_heads + h) * dim + d] - expected));
+        }
+      }
+    }
+    return worst;
+  }
+};
+
+// Every pattern a drafter uses (bidirectional or causal blocks, sliding windows shorter and longer
+// than the context, sinks), at contexts that end inside and on a key block: attention, the same
+// bits on every ISA and at every thread count.
+TEST(BlockAttention, IsTheAttentionItDescribesOnEveryIsaAndThreadCount) {
+  for (const Shape& shape : {Shape{9, 3, 64}, Shape{8, 2, 128}, Shape{6, 2, 40}}) {
+    for (int64_t past : {0, 5, 256, 300, 600}) {
+      const DrafterBlock block(shape, 8, past, static_cast<uint32_t>(40 + past));
+      for (bool causal : {false, true}) {
+        for (int64_t window : {0, 4, 270}) {
+          for (bool sinks : {false, true}) {
+            const BlockAttentionSpec spec = block.spec(causal, window, sinks);
+            set_default_threads(2);
+            const std::vector<float> reference = block.attend(Isa::scalar, spec);
+            EXPECT_LT(block.error_against_double(spec, reference), 2e-5)
+                << "past " << past << " causal " << causal << " window " << window << " sinks "
+                << sinks << " head_dim " << shape.head_dim;
+            for (Isa isa : {Isa::avx2, Isa::avx512}) {
+              if (!isa_supported(isa)) continue;
+              EXPECT_TRUE(same_bits(block.attend(isa, spec), reference))
+                  << isa_name(isa) << " past " << past << " causal " << causal;
+            }
+            set_default_threads(1);
+            EXPECT_TRUE(same_bits(block.attend(best_isa(), spec), reference)) << "one thread";
+            set_default_threads(2);
+          }
+        }
+      }
+    }
+  }
+}
+
+// A causal block's row i sees nothing of the rows after it: each row equals the same row computed
+// in a shorter block.
+TEST(BlockAttention, CausalRowsIgnoreTheRowsAfterThem) {
+  const Shape shape{9, 3, 64};
+  const DrafterBlock block(shape, 8, 300, 77);
+  const BlockAttentionSpec spec = block.spec(true, 1024, true);
+  const std::vector<float> full = block.attend(best_isa(), spec);
+  const int64_t row_size = shape.q_heads * shape.head_dim;
+  for (int64_t width = 1; width < 8; ++width) {
+    std::vector<float> out(width * row_size);
+    block_attention(spec, block.q.data(), width, block.context_keys.data(),
+                    block.context_values.data(), block.past, block.block_keys.data(),
+                    block.block_values.data(), out.data());
+    EXPECT_TRUE(same_bits(out, std::vector<float>(full.begin(), full.begin() + width * row_size)))
+        << "width " << width;
+  }
 }
 
 TEST(CausalAttention, SoftmaxExponentIsWithinOneUlpOfExp) {

@@ -212,7 +212,7 @@ struct Simulation {
       if (cap == 0) continue;
       int accepted = 0;
       while (accepted < cap && accept(rng)) ++accepted;
-      controller.on_round(cap, accepted, curves.round_ms(cap, 512) / 1000.0, accepted + 1);
+      controller.on_round({cap, cap, accepted, curves.round_ms(cap, 512) / 1000.0, accepted + 1});
     }
   }
   // The cap used most often in the last `n` rounds.
@@ -265,7 +265,7 @@ void answer_next_probe(AutoCapController& controller, const CostCurves& curves, 
   for (int round = 0; round < 200; ++round) {
     const int cap = controller.cap_for_round();
     if (cap == 0) continue;
-    controller.on_round(cap, accepted, curves.round_ms(cap, 512) / 1000.0, accepted + 1);
+    controller.on_round({cap, cap, accepted, curves.round_ms(cap, 512) / 1000.0, accepted + 1});
     return;
   }
   FAIL() << "no probe within 200 rounds";
@@ -367,7 +367,7 @@ TEST(AutoCapController, StartsParkedWhereNoCapPaysAtThePrior) {
   std::vector<int> caps;
   for (int round = 0; round < 9; ++round) caps.push_back(controller.cap_for_round());
   EXPECT_EQ(caps, (std::vector<int>{0, 0, 0, 0, 0, 0, 0, 0, 1}));
-  controller.on_round(1, 1, curves.round_ms(1, 512) / 1000.0, 2);
+  controller.on_round({1, 1, 1, curves.round_ms(1, 512) / 1000.0, 2});
   EXPECT_TRUE(controller.parked());
   EXPECT_EQ(controller.probe_gap(), 8);
   EXPECT_NEAR(controller.acceptance(), 0.65 + 0.35 / 13, 1e-9);
@@ -376,7 +376,7 @@ TEST(AutoCapController, StartsParkedWhereNoCapPaysAtThePrior) {
     const int cap = controller.cap_for_round();
     if (cap == 0) continue;
     ++probes;
-    controller.on_round(cap, cap, curves.round_ms(cap, 512) / 1000.0, cap + 1);
+    controller.on_round({cap, cap, cap, curves.round_ms(cap, 512) / 1000.0, cap + 1});
   }
   EXPECT_FALSE(controller.parked());
   EXPECT_EQ(probes, 4);

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "base/error.h"
 #include "test_curves.h"
 
@@ -172,8 +174,8 @@ TEST(DerivedCap, SharesTheBudgetByEachGenerationsAcceptance) {
       allocate_drafts(curves, {geometric(kDerivedCapPrior, 7), geometric(kDerivedCapPrior, 7)});
   EXPECT_EQ(good.cap_for_round() + bad.cap_for_round(), even.drafts);
   for (int round = 0; round < 40; ++round) {
-    good.on_round(3, 3, 0.01, 4);
-    bad.on_round(3, 0, 0.01, 1);
+    good.on_round({3, 3, 3, 0.01, 4});
+    bad.on_round({3, 3, 0, 0.01, 1});
   }
   EXPECT_GT(good.acceptance(), 0.95);
   EXPECT_LT(bad.acceptance(), 0.1);
@@ -186,7 +188,7 @@ TEST(DerivedCap, SharesTheBudgetByEachGenerationsAcceptance) {
   EXPECT_GT(bad.acceptance(), doubted);
   EXPECT_LT(plain_steps, 10000);
   EXPECT_LT(bad.acceptance(), kDerivedCapPrior);
-  for (int round = 0; round < 40; ++round) bad.on_round(3, 0, 0.01, 1);
+  for (int round = 0; round < 40; ++round) bad.on_round({3, 3, 0, 0.01, 1});
   {
     DerivedCap third(scheduler);
     third.on_load(3);
@@ -216,7 +218,7 @@ TEST(DerivedCap, AloneFollowsItsOwnAcceptance) {
   for (int step = 0; step < 4000; ++step) {
     const int cap = policy.cap_for_round();
     if (cap > 0) {
-      policy.on_round(cap, 0, 0.01, 1);
+      policy.on_round({cap, cap, 0, 0.01, 1});
       ++probes;
     }
   }
@@ -225,10 +227,94 @@ TEST(DerivedCap, AloneFollowsItsOwnAcceptance) {
   EXPECT_LT(policy.acceptance(), 0.25);
   for (int round = 0; round < 200; ++round) {
     const int cap = policy.cap_for_round();
-    if (cap > 0) policy.on_round(cap, cap, 0.01, cap + 1);
+    if (cap > 0) policy.on_round({cap, cap, cap, 0.01, cap + 1});
   }
   EXPECT_EQ(policy.current_cap(), derive_cap(curves, 7, policy.acceptance()));
   EXPECT_GT(policy.current_cap(), calibrated);
+}
+
+// The controller behind --max-draft auto prunes its drafts by the derived cap's stopping rule,
+// continued at its own acceptance estimate: alone and under load, on every survival shape, it
+// keeps what a scheduler member posting the same acceptance keeps. Without the schedule it keeps
+// every draft.
+TEST(AutoCapController, PrunesDraftsByTheDerivedCapsStoppingRule) {
+  const CostCurves curves =
+      curves_of({10, 10.5, 11.5, 13, 15, 17.5, 20.5, 24}, {0.4, 0.8, 1.2, 1.6, 2.0, 2.4, 2.8}, 0.5);
+  const std::vector<std::vector<double>> survivals = {{0.99, 0.98, 0.97, 0.96, 0.95, 0.94, 0.93},
+                                                      {0.9, 0.05, 0.01},
+                                                      {0.6, 0.5, 0.4, 0.1},
+                                                      {0.3, 0.25},
+                                                      {0.02, 0.001},
+                                                      geometric(0.8, 7).survival,
+                                                      geometric(0.5, 5).survival};
+  std::set<int> kept_counts;
+  for (double acceptance : {0.3, 0.65, 0.9}) {
+    for (int load : {1, 4}) {
+      DraftScheduler scheduler(curves, 7);
+      const int member = scheduler.join();
+      scheduler.post(member, acceptance, curves.reference_context);
+      for (const std::vector<double>& survival : survivals) {
+        AutoCapController::Params params;
+        params.prior_p = acceptance;
+        AutoCapController controller(curves, 7, params);
+        controller.on_load(load);
+        const int offered = static_cast<int>(survival.size());
+        const int kept = controller.drafts_to_verify(survival, offered);
+        EXPECT_EQ(kept, scheduler.drafts_for(member, load, survival))
+            << "acceptance " << acceptance << " load " << load << " first survival " << survival[0];
+        kept_counts.insert(kept);
+        params.confidence_schedule = false;
+        AutoCapController every_draft(curves, 7, params);
+        EXPECT_EQ(every_draft.drafts_to_verify(survival, offered), offered);
+      }
+    }
+  }
+  EXPECT_GE(kept_counts.size(), 4u) << "the cases do not exercise the rule";
+}
+
+// A head whose confidences always say no: none of its drafts is verified, so every round commits
+// one token after paying for the drafting. Those rounds are timed under the cap that was drafted
+// and the first draft's survival stands in for the outcome, so the controller parks (a plain step
+// beats drafting for nothing), where counting only verified rounds would leave it drafting.
+TEST(AutoCapController, ParksAHeadWhoseConfidencesSayNo) {
+  const CostCurves curves =
+      curves_of({10, 11, 12, 13, 14, 15, 16, 17}, {0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5}, 0.5);
+  AutoCapController controller(curves, 7);
+  int drafting_rounds_late = 0;
+  for (int round = 0; round < 300; ++round) {
+    const int cap = controller.cap_for_round();
+    if (cap == 0) continue;
+    if (round >= 200) ++drafting_rounds_late;
+    const std::vector<double> survival = geometric(0.02, cap).survival;
+    ASSERT_EQ(controller.drafts_to_verify(survival, cap), 0) << "round " << round;
+    const double ms = curves.drafter(cap) + curves.verify(1) + curves.overhead_ms;
+    controller.on_round({cap, 0, 0, ms / 1000.0, 1});
+  }
+  EXPECT_TRUE(controller.parked());
+  EXPECT_LT(controller.acceptance(), 0.1);
+  EXPECT_LE(drafting_rounds_late, 3) << "only probes once parked";
+}
+
+// The drafted cap's measured rate is what it commits per millisecond under the schedule: rounds
+// of cap 6 that verify only two drafts are priced at their two-row verify, so the timing
+// correction for unobserved caps stays at 1 when the curves are right.
+TEST(AutoCapController, TimesTheDraftedCapWhateverWasVerified) {
+  const CostCurves curves =
+      curves_of({10, 11, 12, 13, 14, 15, 16, 17}, {0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5}, 0.5);
+  AutoCapController::Params params;
+  params.init_cap = 6;
+  params.allow_parking = false;
+  params.repick_every = 1000;  // hold the cap: only the timing is under test
+  AutoCapController controller(curves, 7, params);
+  const double ms = curves.drafter(6) + curves.verify(3) + curves.overhead_ms;
+  for (int round = 0; round < 20; ++round) {
+    ASSERT_EQ(controller.cap_for_round(), 6);
+    controller.on_round({6, 2, 2, ms / 1000.0, 3});
+  }
+  EXPECT_DOUBLE_EQ(controller.effective_rate(6), 3.0 / ms);
+  // Cap 3 is unobserved: its rate is the model's, uncorrected.
+  const double model3 = expected_committed(controller.acceptance(), 3) / curves.round_ms(3, 512);
+  EXPECT_NEAR(controller.effective_rate(3), model3, 1e-12);
 }
 
 }  // namespace

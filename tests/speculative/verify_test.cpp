@@ -331,10 +331,11 @@ class SurvivalDrafter : public Drafter {
   double certainty_;
 };
 
-// Confidence-scheduled verification (DerivedCap::drafts_to_verify): drafts their survival says
-// are hopeless are never verified (every round is a plain step), sure ones are all verified, and
-// either way the output and every state equal plain decoding's. Right and wrong drafts alike:
-// the schedule trusts the estimates, and losslessness never depends on them.
+// Confidence-scheduled verification (drafts_to_verify of the derived cap and of the auto
+// controller): drafts their survival says are hopeless are never verified (every round is a plain
+// step), sure ones are all verified, and either way the output and every state equal plain
+// decoding's. Right and wrong drafts alike: the schedule trusts the estimates, and losslessness
+// never depends on them.
 TEST(ConfidenceSchedule, VerifiesOnlyWhatSurvivalPaysForAndStaysLossless) {
   testing::TinyCheckpoint checkpoint(37);
   testing::fill_nemotron(checkpoint, "M*EMEM-");
@@ -348,31 +349,40 @@ TEST(ConfidenceSchedule, VerifiesOnlyWhatSurvivalPaysForAndStaysLossless) {
     full.insert(full.end(), plain.tokens.begin(), plain.tokens.end());
     for (bool wrong : {false, true}) {
       for (double certainty : {0.0, 0.99}) {
-        OracleDrafter oracle(full, wrong, model->vocab_size());
-        SurvivalDrafter drafter(oracle, certainty);
-        DerivedCap policy(scheduler);
-        SpeculativeOptions options;
-        options.after_round = [&](const ModelState& state) {
-          auto expected = plain.states.find(state.length());
-          ASSERT_NE(expected, plain.states.end());
-          EXPECT_TRUE(same_state(state.snapshot(), expected->second));
-        };
-        SpeculativeGenerator generator(*model, drafter, policy, options);
-        LoneSequence state(*model);
-        GenerationConfig config;
-        config.max_tokens = 16;
-        const auto result = generator.generate(prompt, state.pool, state.id, config,
-                                               [](const CommittedToken&) { return true; });
-        EXPECT_EQ(result.tokens, plain.tokens) << "wrong " << wrong << " certainty " << certainty;
-        const SpeculativeStats& stats = generator.stats();
-        if (certainty == 0.0) {
-          EXPECT_EQ(stats.drafted, 0);
-          EXPECT_GT(stats.unverified, 0);
-        } else {
-          EXPECT_EQ(stats.unverified, 0);
-          EXPECT_GT(stats.drafted, 0);
-          if (!wrong) {
-            EXPECT_GT(stats.accepted, 0);
+        for (bool auto_cap : {false, true}) {
+          OracleDrafter oracle(full, wrong, model->vocab_size());
+          SurvivalDrafter drafter(oracle, certainty);
+          std::unique_ptr<CapPolicy> policy_owner;
+          if (auto_cap) {
+            policy_owner = std::make_unique<AutoCapController>(curves, 7);
+          } else {
+            policy_owner = std::make_unique<DerivedCap>(scheduler);
+          }
+          CapPolicy& policy = *policy_owner;
+          SpeculativeOptions options;
+          options.after_round = [&](const ModelState& state) {
+            auto expected = plain.states.find(state.length());
+            ASSERT_NE(expected, plain.states.end());
+            EXPECT_TRUE(same_state(state.snapshot(), expected->second));
+          };
+          SpeculativeGenerator generator(*model, drafter, policy, options);
+          LoneSequence state(*model);
+          GenerationConfig config;
+          config.max_tokens = 16;
+          const auto result = generator.generate(prompt, state.pool, state.id, config,
+                                                 [](const CommittedToken&) { return true; });
+          EXPECT_EQ(result.tokens, plain.tokens)
+              << "wrong " << wrong << " certainty " << certainty << " auto " << auto_cap;
+          const SpeculativeStats& stats = generator.stats();
+          if (certainty == 0.0) {
+            EXPECT_EQ(stats.drafted, 0);
+            EXPECT_GT(stats.unverified, 0);
+          } else {
+            EXPECT_EQ(stats.unverified, 0);
+            EXPECT_GT(stats.drafted, 0);
+            if (!wrong) {
+              EXPECT_GT(stats.accepted, 0);
+            }
           }
         }
       }
@@ -726,40 +736,56 @@ TEST_F(LosslessSampling, FirstThreeTokensFollowTheTargetUnderTheConfidenceSchedu
     }
   }
 
-  auto scheduler = std::make_shared<DraftScheduler>(
-      testing::curves_of({10, 11.5, 15.09, 15.09, 15.09, 15.09, 15.09, 15.09}), 3);
+  const CostCurves curves =
+      testing::curves_of({10, 11.5, 15.09, 15.09, 15.09, 15.09, 15.09, 15.09});
+  auto scheduler = std::make_shared<DraftScheduler>(curves, 3);
   SurvivalReportingDrafter drafter(*model, sampling);
-  std::map<std::vector<int32_t>, int> observed;
-  // With the best budget over every draft's actual survival, these 6,000 samples gave chi-square
-  // 1,106 on the joint against a critical 285, and 395 against 114 on the third token.
-  const int samples = 6000;
-  int64_t unverified = 0, drafted = 0;
-  for (int s = 0; s < samples; ++s) {
-    // A new generation each time: its first round offers the derived cap at the prior, 3.
-    DerivedCap policy(scheduler);
-    SpeculativeGenerator generator(*model, drafter, policy);
-    const GenerationResult result = sample(generator, prefix, 90000 + s, 3);
-    ASSERT_GE(result.tokens.size(), 3u);
-    ++observed[{result.tokens[0], result.tokens[1], result.tokens[2]}];
-    unverified += generator.stats().unverified;
-    drafted += generator.stats().drafted;
+  // The auto controller from the same prior and cap, so its first round decides as the derived
+  // cap's does; its later rounds follow its own estimate.
+  AutoCapController::Params params;
+  params.init_cap = 3;
+  params.prior_p = kDerivedCapPrior;
+  params.allow_parking = false;
+  for (bool auto_cap : {false, true}) {
+    SCOPED_TRACE(auto_cap ? "auto controller" : "derived cap");
+    std::map<std::vector<int32_t>, int> observed;
+    // With the best budget over every draft's actual survival, these 6,000 samples gave chi-square
+    // 1,106 on the joint against a critical 285, and 395 against 114 on the third token.
+    const int samples = 6000;
+    int64_t unverified = 0, drafted = 0;
+    for (int s = 0; s < samples; ++s) {
+      // A new generation each time: its first round offers the derived cap at the prior, 3.
+      std::unique_ptr<CapPolicy> policy;
+      if (auto_cap) {
+        policy = std::make_unique<AutoCapController>(curves, 3, params);
+      } else {
+        policy = std::make_unique<DerivedCap>(scheduler);
+      }
+      SpeculativeGenerator generator(*model, drafter, *policy);
+      const GenerationResult result = sample(generator, prefix, (auto_cap ? 190000 : 90000) + s, 3);
+      ASSERT_GE(result.tokens.size(), 3u);
+      ++observed[{result.tokens[0], result.tokens[1], result.tokens[2]}];
+      unverified += generator.stats().unverified;
+      drafted += generator.stats().drafted;
+    }
+    for (const auto& [tokens, count] : observed) {
+      EXPECT_TRUE(expected_three.count(tokens)) << "sampled tokens outside the target's support";
+    }
+    EXPECT_GT(unverified, 0);
+    EXPECT_GT(drafted, samples);
+    const ChiSquare fit = chi_square(expected_three, observed, samples);
+    EXPECT_LT(fit.statistic, chi_square_critical(fit.cells - 1)) << fit.cells << " cells";
+    // The third token alone: a bias confined to one branch of the first two is spread over the
+    // joint's 216 cells, and stands out among the third token's few.
+    std::map<int32_t, double> expected_third;
+    std::map<int32_t, int> observed_third;
+    for (const auto& [tokens, probability] : expected_three)
+      expected_third[tokens[2]] += probability;
+    for (const auto& [tokens, count] : observed) observed_third[tokens[2]] += count;
+    const ChiSquare third_fit = chi_square(expected_third, observed_third, samples);
+    EXPECT_LT(third_fit.statistic, chi_square_critical(third_fit.cells - 1))
+        << third_fit.cells << " cells";
   }
-  for (const auto& [tokens, count] : observed) {
-    EXPECT_TRUE(expected_three.count(tokens)) << "sampled tokens outside the target's support";
-  }
-  EXPECT_GT(unverified, 0);
-  EXPECT_GT(drafted, samples);
-  const ChiSquare fit = chi_square(expected_three, observed, samples);
-  EXPECT_LT(fit.statistic, chi_square_critical(fit.cells - 1)) << fit.cells << " cells";
-  // The third token alone: a bias confined to one branch of the first two is spread over the
-  // joint's 216 cells, and stands out among the third token's few.
-  std::map<int32_t, double> expected_third;
-  std::map<int32_t, int> observed_third;
-  for (const auto& [tokens, probability] : expected_three) expected_third[tokens[2]] += probability;
-  for (const auto& [tokens, count] : observed) observed_third[tokens[2]] += count;
-  const ChiSquare third_fit = chi_square(expected_third, observed_third, samples);
-  EXPECT_LT(third_fit.statistic, chi_square_critical(third_fit.cells - 1))
-      << third_fit.cells << " cells";
 }
 
 // Reasoning budget (docs/speculative.md §8): with the prompt opening the block, each case spells

@@ -192,4 +192,84 @@ void causal_attention_batch_isa(Isa isa, const AttentionSequence* sequences, int
   run_wave();
 }
 
+void block_attention(const BlockAttentionSpec& spec, const float* q, int64_t rows,
+                     const float* context_keys, const float* context_values, int64_t past,
+                     const float* block_keys, const float* block_values, float* out) {
+  block_attention_isa(best_isa(), spec, q, rows, context_keys, context_values, past, block_keys,
+                      block_values, out);
+}
+
+void block_attention_isa(Isa isa, const BlockAttentionSpec& spec, const float* q, int64_t rows,
+                         const float* context_keys, const float* context_values, int64_t past,
+                         const float* block_keys, const float* block_values, float* out) {
+  if (spec.kv_heads <= 0 || spec.q_heads % spec.kv_heads != 0) {
+    fail("block_attention: {} query heads cannot share {} key heads", spec.q_heads, spec.kv_heads);
+  }
+  const BlockKernel attend_block = block_kernel(isa);
+  const int64_t dim = spec.head_dim, group = spec.q_heads / spec.kv_heads;
+  const int64_t stride = spec.kv_heads * dim, partial_size = group * (2 + dim);
+  // Work item (row, kv head): its key runs (the context's in key blocks, then the block's own) one
+  // after another, then merged in that order with the sink.
+  default_pool().parallel_for(rows * spec.kv_heads, 1, [&](int64_t first, int64_t last, int) {
+    thread_local std::vector<float> scores, partials;
+    if (scores.size() < static_cast<size_t>(group * kAttentionKeyBlock)) {
+      scores.resize(group * kAttentionKeyBlock);
+    }
+    for (int64_t item = first; item < last; ++item) {
+      const int64_t i = item / spec.kv_heads, kv = item % spec.kv_heads;
+      const int64_t position = past + i;
+      const int64_t earliest =
+          spec.window > 0 ? std::max<int64_t>(0, position - spec.window + 1) : 0;
+      // Visible keys: context [context_begin, past), block rows [block_begin, block_end).
+      const int64_t context_begin = std::min(earliest, past);
+      const int64_t block_begin = std::max<int64_t>(0, earliest - past);
+      const int64_t block_end = spec.causal ? i + 1 : rows;
+      const int64_t context_runs =
+          (past - context_begin + kAttentionKeyBlock - 1) / kAttentionKeyBlock;
+      const int64_t block_runs =
+          (block_end - block_begin + kAttentionKeyBlock - 1) / kAttentionKeyBlock;
+      const int64_t runs = context_runs + block_runs;
+      if (partials.size() < static_cast<size_t>(runs * partial_size)) {
+        partials.resize(runs * partial_size);
+      }
+      cpu::AttentionBlock task;
+      task.q = q + (i * spec.q_heads + kv * group) * dim;
+      task.kv_stride = stride;
+      task.group = group;
+      task.head_dim = dim;
+      task.scale = spec.scale;
+      task.scores = scores.data();
+      for (int64_t run = 0; run < runs; ++run) {
+        const bool in_context = run < context_runs;
+        const int64_t begin = in_context ? context_begin + run * kAttentionKeyBlock
+                                         : block_begin + (run - context_runs) * kAttentionKeyBlock;
+        const int64_t end = in_context ? past : block_end;
+        const int64_t offset = begin * stride + kv * dim;
+        task.keys = (in_context ? context_keys : block_keys) + offset;
+        task.values = (in_context ? context_values : block_values) + offset;
+        task.count = std::min(end - begin, kAttentionKeyBlock);
+        task.partial = partials.data() + run * partial_size;
+        attend_block(task);
+      }
+      for (int64_t g = 0; g < group; ++g) {
+        const int64_t h = kv * group + g;
+        float* o = out + (i * spec.q_heads + h) * dim;
+        const float* base = partials.data() + g * (2 + dim);
+        float peak = spec.sinks != nullptr ? spec.sinks[h] : -INFINITY;
+        for (int64_t r = 0; r < runs; ++r) peak = std::max(peak, base[r * partial_size]);
+        float sum = spec.sinks != nullptr ? cpu::exp_block(spec.sinks[h] - peak) : 0.0f;
+        std::fill_n(o, dim, 0.0f);
+        for (int64_t r = 0; r < runs; ++r) {
+          const float* p = base + r * partial_size;
+          const float weight = cpu::exp_block(p[0] - peak);
+          sum += weight * p[1];
+          cpu::axpy(weight, p + 2, o, dim);
+        }
+        const float inv = 1.0f / sum;
+        for (int64_t d = 0; d < dim; ++d) o[d] *= inv;
+      }
+    }
+  });
+}
+
 }  // namespace dspark::kernels
