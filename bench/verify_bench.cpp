@@ -1,6 +1,6 @@
 // Speculative verify forwards on the default model (SmolLM2-135M-Instruct, 4-bit, group 32, or
 // DSPARK_VERIFY_MODEL):
-// one forward of `width` rows after a 64-token context, logits for every row (as the verify step
+// one forward of `width` rows after a 64-token context (DSPARK_VERIFY_CONTEXT to change it), logits for every row (as the verify step
 // asks), restored after each timing so the context depth stays fixed. BM_VerifyAttention: the
 // attention calls of such a forward alone. (quant_bench --benchmark_filter=smollm2 times the
 // model's quantized products alone at the same widths.)
@@ -23,6 +23,7 @@
 //   union_roofline_ms  MB_touched at the measured bandwidth
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -41,7 +42,12 @@
 
 namespace {
 
-constexpr int64_t kContext = 64;
+// The context depth before the verified rows: DSPARK_VERIFY_CONTEXT tokens, default 64.
+int64_t context_depth() {
+  const char* depth = std::getenv("DSPARK_VERIFY_CONTEXT");
+  return depth != nullptr ? std::max<int64_t>(1, std::atoll(depth)) : 64;
+}
+const int64_t kContext = context_depth();
 
 std::string checkpoint_dir() {
   if (const char* dir = std::getenv("DSPARK_VERIFY_MODEL")) return dir;

@@ -98,8 +98,11 @@ void causal_attention_batch_isa(Isa isa, const AttentionSequence* sequences, int
   auto run_wave = [&] {
     if (wave.empty()) return;
     partials.resize(static_cast<size_t>(wave_items * partial_size));
-    // Work item (row, kv head, block) of a segment; rows see different key counts, so some items
-    // are empty.
+    // Work item (kv head, block, row) of a segment, rows innermost: a thread's run of items takes
+    // the rows of a verify or prefill one after another over the same key block, which the first
+    // brought into the cache (rows read the context's keys and values once per block, not once
+    // each from memory). Rows see different key counts, so some items are empty. Partial results
+    // stay in (row, kv head, block) order for the merge.
     pool.parallel_for(wave_items, 1, [&](int64_t first, int64_t last, int) {
       thread_local std::vector<float> scores;
       const size_t need = group * kAttentionKeyBlock;
@@ -110,9 +113,10 @@ void causal_attention_batch_isa(Isa isa, const AttentionSequence* sequences, int
         const Segment& seg = wave[s];
         const AttentionSequence& sequence = *seg.sequence;
         const int64_t local = item - seg.first_item;
-        const int64_t block = local % seg.max_blocks;
-        const int64_t kv = (local / seg.max_blocks) % kv_heads;
-        const int64_t r = seg.first_row + local / (seg.max_blocks * kv_heads);
+        const int64_t local_row = local % seg.rows;
+        const int64_t block = (local / seg.rows) % seg.max_blocks;
+        const int64_t kv = local / (seg.rows * seg.max_blocks);
+        const int64_t r = seg.first_row + local_row;
         const int64_t n_keys = sequence.past + r + 1;
         const int64_t begin = block * kAttentionKeyBlock;
         if (begin >= n_keys) continue;
@@ -127,7 +131,9 @@ void causal_attention_batch_isa(Isa isa, const AttentionSequence* sequences, int
         task.head_dim = head_dim;
         task.scale = scale;
         task.scores = scores.data();
-        task.partial = partials.data() + item * partial_size;
+        task.partial =
+            partials.data() +
+            (seg.first_item + (local_row * kv_heads + kv) * seg.max_blocks + block) * partial_size;
         attend_block(task);
       }
     });
