@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <numeric>
 #include <random>
 
@@ -38,34 +39,45 @@ struct Repeats {
   int iterations = 0;
 };
 
-// Times `body` (warm-ups, then iterations), calling `reset` untimed after each run.
-template <typename Body, typename Reset>
-double time_ms(Repeats repeats, Body body, Reset reset) {
-  std::vector<double> seconds;
-  for (int i = 0; i < repeats.warmups + repeats.iterations; ++i) {
-    const double start = now_seconds();
-    body();
-    const double elapsed = now_seconds() - start;
-    reset();
-    if (i >= repeats.warmups) seconds.push_back(elapsed);
+// The median milliseconds of each of `items` (each runs once and returns its seconds). The items
+// take turns, once each per round, so that a slow spell of the machine (a neighbour on a shared
+// VM) lands on all of them alike instead of bending the curves, whose shape (what a wider verify
+// or a longer draft costs over a narrower one) is what the derived cap reads.
+std::vector<double> interleaved_ms(Repeats repeats,
+                                   const std::vector<std::function<double()>>& items) {
+  std::vector<std::vector<double>> seconds(items.size());
+  for (int round = 0; round < repeats.warmups + repeats.iterations; ++round) {
+    for (size_t i = 0; i < items.size(); ++i) {
+      const double elapsed = items[i]();
+      if (round >= repeats.warmups) seconds[i].push_back(elapsed);
+    }
   }
-  return median_ms(std::move(seconds));
+  std::vector<double> ms;
+  for (std::vector<double>& times : seconds) ms.push_back(median_ms(std::move(times)));
+  return ms;
+}
+
+// The seconds `body` takes.
+template <typename Body>
+double seconds_of(Body body) {
+  const double start = now_seconds();
+  body();
+  return now_seconds() - start;
 }
 
 struct Measurer {
   const Model& target;
   const CalibrationOptions& options;
-  Repeats repeats;
   std::vector<int> taps;
   ModelState state;
   ForwardOutput output;
   std::vector<int32_t> rows;
   std::vector<int64_t> logit_rows;
 
-  // One tapped verify forward of `width` rows, rolled back afterwards (recording on, as the
-  // verify loop has it). Width 1 cannot be rolled back on recurrent models, so it is measured
-  // last at each depth and simply advances the state.
-  double verify_ms(int width) {
+  // One tapped verify forward of `width` rows, timed, and rolled back afterwards (recording on,
+  // as the verify loop has it). Width 1 cannot be rolled back on recurrent models, so it simply
+  // advances the state.
+  double verify_once(int width) {
     const int64_t length = state.length();
     rows.resize(width);
     for (int i = 0; i < width; ++i) {
@@ -75,12 +87,19 @@ struct Measurer {
     logit_rows.resize(width);
     std::iota(logit_rows.begin(), logit_rows.end(), 0);
     state.set_recording(width > 1);
-    auto reset = [&] {
-      if (width > 1) state.trim(length);
-    };
-    return time_ms(
-        repeats, [&] { target.forward(rows.data(), width, state, logit_rows, taps, output); },
-        reset);
+    const double start = now_seconds();
+    target.forward(rows.data(), width, state, logit_rows, taps, output);
+    const double elapsed = now_seconds() - start;
+    if (width > 1) state.trim(length);
+    return elapsed;
+  }
+
+  // Items for interleaved_ms: a verify forward at each of `widths` (width 1 last: it advances
+  // the state).
+  std::vector<std::function<double()>> verify_items(const std::vector<int>& widths) {
+    std::vector<std::function<double()>> items;
+    for (int width : widths) items.push_back([this, width] { return verify_once(width); });
+    return items;
   }
 
   // Moves the context to `tokens` positions without computing them: attention over synthetic
@@ -107,11 +126,12 @@ constexpr double kStaleMs = 1.0;
 constexpr int kStaleChecks = 3;
 
 double width1_now_ms(const Model& target, const CalibrationOptions& options) {
-  Measurer m{target, options, Repeats{1, 1}, {}, target.new_state(), {}, {}, {}};
+  Measurer m{target, options, {}, target.new_state(), {}, {}, {}};
   m.inflate_to(options.context);
-  double fastest = m.verify_ms(1);
-  for (int i = 1; i < kStaleChecks; ++i) fastest = std::min(fastest, m.verify_ms(1));
-  return fastest;
+  m.verify_once(1);  // warm-up
+  double fastest = m.verify_once(1);
+  for (int i = 1; i < kStaleChecks; ++i) fastest = std::min(fastest, m.verify_once(1));
+  return fastest * 1000.0;
 }
 
 bool cache_is_stale(double cached_ms, double now_ms) {
@@ -128,14 +148,9 @@ CostCurves measure(const Model& target, const DrafterFactory& make_drafter,
                    const CalibrationOptions& options) {
   std::unique_ptr<Drafter> drafter = make_drafter ? make_drafter() : nullptr;
   const Repeats repeats{options.warmups, options.iterations};
-  Measurer m{target,
-             options,
-             repeats,
-             drafter ? drafter->tap_layers() : std::vector<int>{},
-             target.new_state(),
-             {},
-             {},
-             {}};
+  Measurer m{
+      target, options, drafter ? drafter->tap_layers() : std::vector<int>{}, target.new_state(), {},
+      {},     {}};
   CostCurves curves;
   curves.reference_context = options.context;
 
@@ -151,9 +166,11 @@ CostCurves measure(const Model& target, const DrafterFactory& make_drafter,
     drafter->on_target_rows(prompt.data(), options.context, taps.data());
   }
 
-  curves.verify_ms.assign(options.max_width, 0.0);
-  for (int width = 2; width <= options.max_width; ++width)
-    curves.verify_ms[width - 1] = m.verify_ms(width);
+  // Taking turns (interleaved_ms): verify widths 2 .. max_width, the drafter per cap, a whole
+  // round, and width 1, which like the round advances the state by a token.
+  std::vector<int> widths;
+  for (int width = 2; width <= options.max_width; ++width) widths.push_back(width);
+  std::vector<std::function<double()>> items = m.verify_items(widths);
 
   // Drafter cost per cap against the 512-row context; drafting does not touch the target state.
   const int max_cap = options.max_width - 1;
@@ -162,14 +179,10 @@ CostCurves measure(const Model& target, const DrafterFactory& make_drafter,
   SamplingParams greedy;
   Rng rng(0);
   if (drafter) {
-    curves.drafter_ms.assign(max_cap, 0.0);
     for (int cap = 1; cap <= max_cap; ++cap) {
-      curves.drafter_ms[cap - 1] = time_ms(
-          repeats,
-          [&] {
-            drafter->propose(DraftRequest{committed, cap, greedy, rng});
-          },
-          [] {});
+      items.push_back([&, cap] {
+        return seconds_of([&] { drafter->propose(DraftRequest{committed, cap, greedy, rng}); });
+      });
     }
   }
 
@@ -177,24 +190,32 @@ CostCurves measure(const Model& target, const DrafterFactory& make_drafter,
   // accept point (one row kept, so the context grows by one token per run), feed the drafter the
   // kept row.
   const int64_t vocab = target.vocab_size();
-  const double round_ms = time_ms(
-      repeats,
-      [&] {
-        Draft draft;
-        if (drafter) draft = drafter->propose(DraftRequest{committed, 2, greedy, rng});
-        draft.tokens.resize(2, kSyntheticToken);
-        const int64_t length = m.state.length();
-        m.rows = {kSyntheticToken, draft.tokens[0], draft.tokens[1]};
-        m.logit_rows = {0, 1, 2};
-        m.state.set_recording(true);
-        target.forward(m.rows.data(), 3, m.state, m.logit_rows, m.taps, m.output);
-        for (int64_t row = 0; row < 3; ++row) argmax(m.output.logits.data() + row * vocab, vocab);
-        m.state.trim(length + 1);
-        if (drafter) drafter->on_target_rows(m.rows.data(), 1, m.output.taps.data());
-        committed.push_back(kSyntheticToken);  // the next pending token
-      },
-      [] {});
-  curves.verify_ms[0] = m.verify_ms(1);
+  items.push_back([&] {
+    return seconds_of([&] {
+      Draft draft;
+      if (drafter) draft = drafter->propose(DraftRequest{committed, 2, greedy, rng});
+      draft.tokens.resize(2, kSyntheticToken);
+      const int64_t length = m.state.length();
+      m.rows = {kSyntheticToken, draft.tokens[0], draft.tokens[1]};
+      m.logit_rows = {0, 1, 2};
+      m.state.set_recording(true);
+      target.forward(m.rows.data(), 3, m.state, m.logit_rows, m.taps, m.output);
+      for (int64_t row = 0; row < 3; ++row) argmax(m.output.logits.data() + row * vocab, vocab);
+      m.state.trim(length + 1);
+      if (drafter) drafter->on_target_rows(m.rows.data(), 1, m.output.taps.data());
+      committed.push_back(kSyntheticToken);  // the next pending token
+    });
+  });
+  items.push_back([&] { return m.verify_once(1); });
+
+  const std::vector<double> ms = interleaved_ms(repeats, items);
+  curves.verify_ms.assign(options.max_width, 0.0);
+  for (size_t i = 0; i < widths.size(); ++i) curves.verify_ms[widths[i] - 1] = ms[i];
+  if (drafter) {
+    curves.drafter_ms.assign(ms.begin() + widths.size(), ms.begin() + widths.size() + max_cap);
+  }
+  const double round_ms = ms[ms.size() - 2];
+  curves.verify_ms[0] = ms.back();
   curves.fit();
   curves.overhead_ms = std::max(0.0, round_ms - (curves.drafter(2) + curves.verify(3)));
 
@@ -202,10 +223,12 @@ CostCurves measure(const Model& target, const DrafterFactory& make_drafter,
   const int64_t deep = deep_context(target, options);
   if (deep > options.context + 64) {
     m.inflate_to(deep);
-    const std::vector<int> widths = {1, (1 + options.max_width) / 2, options.max_width};
-    std::vector<double> deep_ms(widths.size());
-    m.repeats = Repeats{options.deep_warmups, options.deep_iterations};
-    for (size_t i = widths.size(); i-- > 0;) deep_ms[i] = m.verify_ms(widths[i]);
+    const std::vector<int> deep_widths = {options.max_width, (1 + options.max_width) / 2, 1};
+    const std::vector<double> measured = interleaved_ms(
+        Repeats{options.deep_warmups, options.deep_iterations}, m.verify_items(deep_widths));
+    // Ascending widths for the slope table.
+    const std::vector<int> widths(deep_widths.rbegin(), deep_widths.rend());
+    const std::vector<double> deep_ms(measured.rbegin(), measured.rend());
     for (size_t i = 0; i < widths.size(); ++i) {
       if (!curves.slope_widths.empty() && curves.slope_widths.back() == widths[i]) continue;
       curves.slope_widths.push_back(widths[i]);
