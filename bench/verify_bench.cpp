@@ -1,9 +1,9 @@
 // Speculative verify forwards on the default model (SmolLM2-135M-Instruct, 4-bit, group 32, or
 // DSPARK_VERIFY_MODEL):
-// one forward of `width` rows after a 64-token context (DSPARK_VERIFY_CONTEXT to change it), logits for every row (as the verify step
-// asks), restored after each timing so the context depth stays fixed. BM_VerifyAttention: the
-// attention calls of such a forward alone. (quant_bench --benchmark_filter=smollm2 times the
-// model's quantized products alone at the same widths.)
+// one forward of `width` rows after a 64-token context (DSPARK_VERIFY_CONTEXT to change it), logits
+// for every row (as the verify step asks), restored after each timing so the context depth stays
+// fixed. BM_VerifyAttention: the attention calls of such a forward alone. (quant_bench
+// --benchmark_filter=smollm2 times the model's quantized products alone at the same widths.)
 //
 //   scripts/install_default_model.sh   (or DSPARK_VERIFY_MODEL=<checkpoint dir>)
 //   verify_bench [--benchmark_repetitions=5 --benchmark_report_aggregates_only=true]
