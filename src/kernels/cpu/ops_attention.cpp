@@ -63,6 +63,25 @@ void causal_attention_batch(const AttentionSequence* sequences, int64_t count, i
 
 namespace {
 
+// o = the softmax-weighted values of `count` key runs from their partial results (peak, sum,
+// weighted values; `stride` floats apart), merged in run order, with an optional sink: a logit
+// that takes its share of the normaliser and adds no value.
+void merge_partials(const float* base, int64_t count, int64_t stride, int64_t dim,
+                    const float* sink, float* o) {
+  float peak = sink != nullptr ? *sink : -INFINITY;
+  for (int64_t r = 0; r < count; ++r) peak = std::max(peak, base[r * stride]);
+  float sum = sink != nullptr ? cpu::exp_block(*sink - peak) : 0.0f;
+  std::fill_n(o, dim, 0.0f);
+  for (int64_t r = 0; r < count; ++r) {
+    const float* p = base + r * stride;
+    const float weight = cpu::exp_block(p[0] - peak);
+    sum += weight * p[1];
+    cpu::axpy(weight, p + 2, o, dim);
+  }
+  const float inv = 1.0f / sum;
+  for (int64_t d = 0; d < dim; ++d) o[d] *= inv;
+}
+
 // Rows [first_row, first_row + rows) of one sequence, with where its work items and partial
 // results start within its wave.
 struct Segment {
@@ -160,18 +179,7 @@ void causal_attention_batch_isa(Isa isa, const AttentionSequence* sequences, int
           for (int64_t d = 0; d < head_dim; ++d) o[d] = base[2 + d] * inv;
           continue;
         }
-        float peak = -INFINITY;
-        for (int64_t b = 0; b < blocks; ++b) peak = std::max(peak, base[b * partial_size]);
-        std::fill_n(o, head_dim, 0.0f);
-        float sum = 0.0f;
-        for (int64_t b = 0; b < blocks; ++b) {
-          const float* p = base + b * partial_size;
-          const float weight = cpu::exp_block(p[0] - peak);
-          sum += weight * p[1];
-          cpu::axpy(weight, p + 2, o, head_dim);
-        }
-        const float inv = 1.0f / sum;
-        for (int64_t d = 0; d < head_dim; ++d) o[d] *= inv;
+        merge_partials(base, blocks, partial_size, head_dim, nullptr, o);
       }
     });
     wave.clear();
@@ -261,18 +269,8 @@ void block_attention_isa(Isa isa, const BlockAttentionSpec& spec, const float* q
         const int64_t h = kv * group + g;
         float* o = out + (i * spec.q_heads + h) * dim;
         const float* base = partials.data() + g * (2 + dim);
-        float peak = spec.sinks != nullptr ? spec.sinks[h] : -INFINITY;
-        for (int64_t r = 0; r < runs; ++r) peak = std::max(peak, base[r * partial_size]);
-        float sum = spec.sinks != nullptr ? cpu::exp_block(spec.sinks[h] - peak) : 0.0f;
-        std::fill_n(o, dim, 0.0f);
-        for (int64_t r = 0; r < runs; ++r) {
-          const float* p = base + r * partial_size;
-          const float weight = cpu::exp_block(p[0] - peak);
-          sum += weight * p[1];
-          cpu::axpy(weight, p + 2, o, dim);
-        }
-        const float inv = 1.0f / sum;
-        for (int64_t d = 0; d < dim; ++d) o[d] *= inv;
+        merge_partials(base, runs, partial_size, dim,
+                       spec.sinks != nullptr ? spec.sinks + h : nullptr, o);
       }
     }
   });
