@@ -1,5 +1,6 @@
 #include "model/state_pool.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "base/error.h"
@@ -9,6 +10,7 @@ namespace dspark {
 StatePool::StatePool(const StateLayout& layout, int capacity) : layout_(layout) {
   if (capacity < 1) fail("state pool: capacity {} is not a positive number of sequences", capacity);
   states_.resize(capacity);
+  attachments_.resize(capacity);
   open_.assign(capacity, 0);
 }
 
@@ -31,6 +33,7 @@ SequenceId StatePool::open() {
 void StatePool::close(SequenceId sequence) {
   get(sequence);
   states_[sequence] = ModelState();
+  attachments_[sequence].clear();
   open_[sequence] = 0;
 }
 
@@ -49,16 +52,56 @@ const ModelState& StatePool::get(SequenceId sequence) const {
   return states_[sequence];
 }
 
+void StatePool::trim(SequenceId sequence, int64_t new_length) {
+  get(sequence).trim(new_length);
+  for (auto& [owner, attachment] : attachments_[sequence]) attachment->truncate(new_length);
+}
+
+void StatePool::restore(SequenceId sequence, const StateSnapshot& snapshot) {
+  get(sequence).restore(snapshot);
+  for (auto& [owner, attachment] : attachments_[sequence]) attachment->truncate(snapshot.length);
+}
+
 int64_t StatePool::bytes(SequenceId sequence) const {
-  return get(sequence).bytes();
+  int64_t total = get(sequence).bytes();
+  for (const auto& [owner, attachment] : attachments_[sequence]) total += attachment->bytes();
+  return total;
 }
 
 int64_t StatePool::bytes() const {
   int64_t total = 0;
   for (SequenceId id = 0; id < capacity(); ++id) {
-    if (open_[id]) total += states_[id].bytes();
+    if (open_[id]) total += bytes(id);
   }
   return total;
+}
+
+SequenceAttachment* StatePool::attachment(SequenceId sequence, const void* owner) const {
+  get(sequence);
+  for (const auto& [key, attachment] : attachments_[sequence]) {
+    if (key == owner) return attachment.get();
+  }
+  return nullptr;
+}
+
+void StatePool::attach(SequenceId sequence, const void* owner,
+                       std::unique_ptr<SequenceAttachment> attachment) {
+  get(sequence);
+  for (auto& [key, held] : attachments_[sequence]) {
+    if (key == owner) {
+      held = std::move(attachment);
+      return;
+    }
+  }
+  attachments_[sequence].emplace_back(owner, std::move(attachment));
+}
+
+int64_t StatePool::attached_rows(SequenceId sequence) const {
+  int64_t rows = get(sequence).length();
+  for (const auto& [owner, attachment] : attachments_[sequence]) {
+    rows = std::min(rows, attachment->rows());
+  }
+  return rows;
 }
 
 OwnedSequence& OwnedSequence::operator=(OwnedSequence&& other) noexcept {

@@ -11,6 +11,8 @@
 // as the sequence grows (ModelState::reserve), so capacity bounds how many sequences exist at
 // once, not memory up front; bytes() reports what they hold.
 #include <cstdint>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "model/state.h"
@@ -18,6 +20,19 @@
 namespace dspark {
 
 using SequenceId = int32_t;
+
+// Per-sequence data of another module that lives and dies with the sequence: a drafter's context
+// of the target rows it consumed. Trimming or restoring the sequence cuts it to the same rows, so
+// a prefix-cache hit resumes it with exactly the rows the state keeps.
+class SequenceAttachment {
+ public:
+  virtual ~SequenceAttachment() = default;
+  // Target rows it holds.
+  virtual int64_t rows() const = 0;
+  // Keeps the first `rows` rows; nothing to do when it holds no more.
+  virtual void truncate(int64_t rows) = 0;
+  virtual int64_t bytes() const = 0;
+};
 
 class StatePool {
  public:
@@ -35,16 +50,25 @@ class StatePool {
 
   // Tokens the sequence holds.
   int64_t length(SequenceId sequence) const { return get(sequence).length(); }
-  // Rolls back to `new_length` tokens (ModelState::trim: Mamba layers need a recorded forward).
-  void trim(SequenceId sequence, int64_t new_length) { get(sequence).trim(new_length); }
+  // Rolls back to `new_length` tokens (ModelState::trim: Mamba layers need a recorded forward),
+  // the attachments with it.
+  void trim(SequenceId sequence, int64_t new_length);
   // While on, every forward of more than one row records what a trim needs.
   void set_recording(SequenceId sequence, bool on) { get(sequence).set_recording(on); }
   StateSnapshot snapshot(SequenceId sequence) const { return get(sequence).snapshot(); }
-  void restore(SequenceId sequence, const StateSnapshot& snapshot) {
-    get(sequence).restore(snapshot);
-  }
-  // Bytes the sequence's state holds (its KV capacity, conv windows, SSM states, recording).
+  // Sets the state to `snapshot` and cuts the attachments to its length.
+  void restore(SequenceId sequence, const StateSnapshot& snapshot);
+  // Bytes the sequence holds (its KV capacity, conv windows, SSM states, recording, attachments).
   int64_t bytes(SequenceId sequence) const;
+
+  // The sequence's attachment under `owner` (an identity, such as a drafter head); null if none.
+  SequenceAttachment* attachment(SequenceId sequence, const void* owner) const;
+  // Gives the sequence an attachment under `owner`, replacing any it had there.
+  void attach(SequenceId sequence, const void* owner,
+              std::unique_ptr<SequenceAttachment> attachment);
+  // The fewest rows an attachment of the sequence holds (its length when it has none): how much
+  // of it a later generation can resume with every attachment complete.
+  int64_t attached_rows(SequenceId sequence) const;
   // Bytes every open sequence holds.
   int64_t bytes() const;
 
@@ -58,6 +82,8 @@ class StatePool {
 
   StateLayout layout_;
   std::vector<ModelState> states_;  // [capacity]; an entry holds no memory while closed
+  using Attachments = std::vector<std::pair<const void*, std::unique_ptr<SequenceAttachment>>>;
+  std::vector<Attachments> attachments_;  // [capacity]
   // Bytes, not std::vector<bool>: the server reads a cached sequence's entry while its step
   // thread opens and closes others, and distinct bytes are distinct memory locations.
   std::vector<uint8_t> open_;

@@ -425,26 +425,6 @@ class ReasoningCounter {
   int64_t tokens_ = 0;
 };
 
-// Lends the engine's drafter to one run_generation, which destroys what its factory makes: the
-// drafter itself outlives the generation, to go back to the prefix cache with the state.
-class BorrowedDrafter final : public Drafter {
- public:
-  explicit BorrowedDrafter(Drafter& drafter) : drafter_(drafter) {}
-  std::string name() const override { return drafter_.name(); }
-  std::vector<int> tap_layers() const override { return drafter_.tap_layers(); }
-  void on_target_rows(const int32_t* tokens, int64_t n, const float* taps) override {
-    drafter_.on_target_rows(tokens, n, taps);
-  }
-  int64_t context_rows() const override { return drafter_.context_rows(); }
-  void truncate_context(int64_t rows) override { drafter_.truncate_context(rows); }
-  Draft propose(const DraftRequest& request) override { return drafter_.propose(request); }
-  void on_verified(int drafted, int accepted) override { drafter_.on_verified(drafted, accepted); }
-  Drafter* grouped() override { return drafter_.grouped(); }
-
- private:
-  Drafter& drafter_;
-};
-
 }  // namespace
 
 // One job in its slot, as the step loop drives it: the prompt's prefill in chunks (cancellation
@@ -468,14 +448,16 @@ class Engine::SlotRun {
     summary_.usage.prompt_tokens = prompt_len_;
     summary_.usage.cached_tokens = lease_.cached_tokens;
     prefill_from_ = length();
-    // A model drafter reads the target's taps of every prompt row: a cache hit brings the drafter
-    // that ran with the cached state (its context cut to the same prefix), a miss starts afresh.
+    // A model drafter reads the target's taps of every prompt row. Its context lives in the pool
+    // with the sequence: a cache hit resumes the context that ran with the cached state (cut to
+    // the same prefix), a miss starts it empty. This drafter feeds it the prefill's rows; the
+    // decoder's own, made by the same factory, continues it.
     setup_ = engine.options_.decode;
     if (setup_.drafter) {
-      if (!lease_.drafter) lease_.drafter = setup_.drafter();
-      setup_.drafter = [this] { return std::make_unique<BorrowedDrafter>(*lease_.drafter); };
+      prefill_drafter_ = setup_.drafter();
+      prefill_drafter_->bind_sequence(engine.pool_, lease_.sequence.id());
+      taps_ = prefill_drafter_->tap_layers();
     }
-    if (lease_.drafter) taps_ = lease_.drafter->tap_layers();
     // Checkpoints for the prefix cache: where the conversation as history ends, and every rung.
     const PrefixCache& cache = engine.cache_;
     if (cache.enabled() && cache.checkpointed()) {
@@ -537,10 +519,10 @@ class Engine::SlotRun {
   void finish_run() {
     if (decoding_) return decoding_->decoder().finish_run();
     const int64_t start = length() - static_cast<int64_t>(prefill_rows_.size());
-    if (lease_.drafter) {
-      lease_.drafter->on_target_rows(job_->prompt.ids.data() + start,
-                                     static_cast<int64_t>(prefill_rows_.size()),
-                                     scratch_.taps.data());
+    if (prefill_drafter_) {
+      prefill_drafter_->on_target_rows(job_->prompt.ids.data() + start,
+                                       static_cast<int64_t>(prefill_rows_.size()),
+                                       scratch_.taps.data());
     }
     if (next_mark_ < marks_.size() && length() == marks_[next_mark_]) {
       lease_.checkpoints.push_back(engine_.pool_.snapshot(lease_.sequence.id()));
@@ -656,6 +638,7 @@ class Engine::SlotRun {
   CacheLease lease_;
   const int64_t prompt_len_;
   DecodeSetup setup_;
+  std::unique_ptr<Drafter> prefill_drafter_;
   std::vector<int> taps_;
   std::vector<int64_t> marks_;
   size_t next_mark_ = 0;

@@ -25,7 +25,7 @@ CacheLease PrefixCache::acquire(const std::vector<int32_t>& prompt) {
   for (auto it = slots_.begin(); options_.enabled && it != slots_.end(); ++it) {
     int64_t shared =
         std::min<int64_t>(static_cast<int64_t>(common_prefix(it->tokens, prompt)), limit);
-    if (it->drafter) shared = std::min(shared, it->drafter->context_rows());
+    shared = std::min(shared, pool_.attached_rows(it->sequence.id()));
     int64_t usable = 0;
     const StateSnapshot* checkpoint = nullptr;
     if (!recurrent_) {
@@ -61,10 +61,6 @@ CacheLease PrefixCache::acquire(const std::vector<int32_t>& prompt) {
     pool_.trim(lease.sequence.id(), best_usable);
   }
   lease.cached_tokens = best_usable;
-  if (slot.drafter) {
-    slot.drafter->truncate_context(best_usable);
-    lease.drafter = std::move(slot.drafter);
-  }
   for (auto& checkpoint : slot.checkpoints) {
     if (checkpoint.length <= best_usable) lease.checkpoints.push_back(std::move(checkpoint));
   }
@@ -74,8 +70,7 @@ CacheLease PrefixCache::acquire(const std::vector<int32_t>& prompt) {
 void PrefixCache::release(CacheLease lease, std::vector<int32_t> tokens) {
   if (!options_.enabled) return;
   tokens.resize(std::min<size_t>(tokens.size(), pool_.length(lease.sequence.id())));
-  Slot slot{std::move(tokens), std::move(lease.sequence), std::move(lease.checkpoints),
-            std::move(lease.drafter)};
+  Slot slot{std::move(tokens), std::move(lease.sequence), std::move(lease.checkpoints)};
   std::lock_guard lock(mutex_);
   slots_.push_front(std::move(slot));
   while (static_cast<int>(slots_.size()) > std::max(options_.slots, 1)) slots_.pop_back();

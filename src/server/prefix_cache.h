@@ -6,9 +6,9 @@
 // cannot be trimmed without a record, so for hybrid models a slot also keeps checkpoints (state
 // snapshots) taken at the stable prompt boundary, every `rung_interval` prompt tokens and at the
 // end of the generation; the deepest checkpoint inside the common prefix is restored. A model
-// drafter's context (the projected target rows it consumed) travels with the slot and is truncated
-// to the same prefix, so a hit gives the drafter the context it would have had without the cache.
-// Slots are evicted LRU.
+// drafter's context (the projected target rows it consumed) is kept in the pool with the sequence
+// (StatePool attachments) and cut to the same prefix by the trim or restore, so a hit gives the
+// drafter the context it would have had without the cache. Slots are evicted LRU.
 #include <cstdint>
 #include <list>
 #include <memory>
@@ -18,7 +18,6 @@
 #include "model/model.h"
 #include "model/state.h"
 #include "model/state_pool.h"
-#include "speculative/drafter.h"
 
 namespace dspark::server {
 
@@ -33,9 +32,6 @@ struct CacheLease {
   OwnedSequence sequence;
   int64_t cached_tokens = 0;               // prompt tokens the state already holds
   std::vector<StateSnapshot> checkpoints;  // all are prefixes of the new prompt
-  // The drafter that ran with the state, its context truncated to cached_tokens rows; null on a
-  // miss or when the generation ran without a model drafter.
-  std::unique_ptr<Drafter> drafter;
 };
 
 class PrefixCache {
@@ -47,8 +43,9 @@ class PrefixCache {
   // A sequence holding the longest reusable prefix of `prompt` (never all of it: the last prompt
   // token must be run to get the first logits).
   CacheLease acquire(const std::vector<int32_t>& prompt);
-  // Gives the sequence (and drafter) back; `tokens` are the tokens it holds (its first length()
-  // tokens). A drafter holding fewer rows than the sequence limits later reuse to its rows.
+  // Gives the sequence back; `tokens` are the tokens it holds (its first length() tokens). An
+  // attachment (a drafter's context) holding fewer rows than the sequence limits later reuse to
+  // its rows.
   void release(CacheLease lease, std::vector<int32_t> tokens);
   // Forgets everything (after a failure that may have left a state inconsistent).
   void clear();
@@ -70,7 +67,6 @@ class PrefixCache {
     std::vector<int32_t> tokens;
     OwnedSequence sequence;
     std::vector<StateSnapshot> checkpoints;
-    std::unique_ptr<Drafter> drafter;
   };
   int64_t slot_bytes(const Slot& slot) const;
 

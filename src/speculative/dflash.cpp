@@ -54,9 +54,9 @@ void DFlashDrafter::propose_group(std::span<Drafter* const> members,
     auto* drafter = static_cast<DFlashDrafter*>(members[m]);
     const DraftRequest& request = *requests[m];
     const int64_t position = static_cast<int64_t>(request.committed.size()) - 1;
-    if (position != drafter->context_.length) {
+    if (position != drafter->context().length) {
       fail("DFlash drafter context holds {} rows but {} tokens precede the pending one",
-           drafter->context_.length, position);
+           drafter->context().length, position);
     }
     drafts[m] = Draft{};
     drafter->last_logits_.clear();
@@ -66,7 +66,7 @@ void DFlashDrafter::propose_group(std::span<Drafter* const> members,
     slot.push_back(m);
     caps.push_back(cap);
     widths.push_back(head.block_width(cap));
-    contexts.push_back(&drafter->context_);
+    contexts.push_back(&drafter->context());
     blocks.push_back(request.committed.back());
     blocks.insert(blocks.end(), widths.back() - 1, b.mask_token_id);
   }

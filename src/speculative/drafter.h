@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/sampler.h"
+#include "model/state_pool.h"
 
 namespace dspark {
 
@@ -62,10 +63,11 @@ class Drafter {
   // Target rows the drafter holds (what on_target_rows fed it, in order); 0 for drafters that
   // keep no per-row context.
   virtual int64_t context_rows() const { return 0; }
-  // Keeps only the first `rows` rows (rows <= context_rows()), leaving exactly the context a
-  // drafter fed only those rows would hold: the server's prefix cache resumes a shared prefix of
-  // an earlier sequence this way.
-  virtual void truncate_context(int64_t rows) { (void)rows; }
+  // The drafter will draft for `sequence` of `pool`: a drafter with a per-row context keeps it in
+  // the pool with the sequence, so that it lives, is cut back and is resumed (the server's prefix
+  // cache) with the sequence's state. Called before any row is fed; the sequence must stay open
+  // while the drafter uses it.
+  virtual void bind_sequence(StatePool& pool, SequenceId sequence) { (void)pool, (void)sequence; }
   virtual Draft propose(const DraftRequest& request) = 0;
   // The target verified `drafted` of this drafter's tokens and accepted the first `accepted`.
   virtual void on_verified(int drafted, int accepted) { (void)drafted, (void)accepted; }

@@ -158,11 +158,11 @@ void DSparkDrafter::propose_group(std::span<Drafter* const> members,
     auto* drafter = static_cast<DSparkDrafter*>(members[m]);
     const DraftRequest& request = *requests[m];
     const int64_t position = static_cast<int64_t>(request.committed.size()) - 1;
-    if (position != drafter->context_.length) {
+    if (position != drafter->context().length) {
       fail(
           "DSpark drafter context holds {} rows but {} tokens precede the pending one (every "
           "target row must reach the drafter)",
-          drafter->context_.length, position);
+          drafter->context().length, position);
     }
     drafts[m] = Draft{};
     drafter->last_logits_.clear();
@@ -174,7 +174,7 @@ void DSparkDrafter::propose_group(std::span<Drafter* const> members,
     slot.push_back(m);
     caps.push_back(cap);
     widths.push_back(head.block_width(cap));
-    contexts.push_back(&drafter->context_);
+    contexts.push_back(&drafter->context());
   }
   const size_t n = drafting.size();
   if (n == 0) return;

@@ -1,5 +1,6 @@
 #include "speculative/dspark_backbone.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "base/error.h"
@@ -64,6 +65,7 @@ DrafterContext DrafterBackbone::new_context() const {
   DrafterContext context;
   context.keys.resize(config_.layers);
   context.values.resize(config_.layers);
+  context.kv_width = config_.kv_heads * config_.head_dim;
   return context;
 }
 
@@ -125,16 +127,19 @@ void DrafterBackbone::append_contexts(std::span<const float* const> taps,
   for (size_t i = 0; i < contexts.size(); ++i) contexts[i]->length += counts[i];
 }
 
-void DrafterBackbone::truncate_context(int64_t rows, DrafterContext& context) const {
-  if (rows < 0 || rows > context.length) {
-    fail("cannot truncate a drafter context of {} rows to {}", context.length, rows);
+void DrafterContext::truncate(int64_t rows) {
+  if (rows >= length) return;
+  for (size_t l = 0; l < keys.size(); ++l) {
+    keys[l].resize(static_cast<size_t>(rows * kv_width));
+    values[l].resize(static_cast<size_t>(rows * kv_width));
   }
-  const int64_t kv_width = config_.kv_heads * config_.head_dim;
-  for (int64_t l = 0; l < config_.layers; ++l) {
-    context.keys[l].resize(static_cast<size_t>(rows * kv_width));
-    context.values[l].resize(static_cast<size_t>(rows * kv_width));
-  }
-  context.length = rows;
+  length = std::max<int64_t>(rows, 0);
+}
+
+int64_t DrafterContext::bytes() const {
+  int64_t floats = 0;
+  for (size_t l = 0; l < keys.size(); ++l) floats += keys[l].capacity() + values[l].capacity();
+  return floats * static_cast<int64_t>(sizeof(float));
 }
 
 void DrafterBackbone::run_block(const float* embedded, int64_t width, const DrafterContext& context,
@@ -191,15 +196,28 @@ void DrafterBackbone::run_blocks(const float* embedded, std::span<const int64_t>
 }
 
 BackboneDrafter::BackboneDrafter(const DrafterBackbone& backbone, const void* head)
-    : context_(backbone.new_context()), backbone_(backbone), head_(head) {}
+    : own_context_(backbone.new_context()), backbone_(backbone), head_(head) {}
+
+void BackboneDrafter::bind_sequence(StatePool& pool, SequenceId sequence) {
+  if (own_context_.length > 0) fail("a drafter is bound to a sequence after it was fed rows");
+  if (pool.attachment(sequence, &backbone_) == nullptr) {
+    pool.attach(sequence, &backbone_, std::make_unique<DrafterContext>(backbone_.new_context()));
+  }
+  pool_ = &pool;
+  sequence_ = sequence;
+}
+
+DrafterContext& BackboneDrafter::context() const {
+  if (pool_ == nullptr) return own_context_;
+  // Looked up on every use, so that a sequence closed under the drafter fails by name.
+  SequenceAttachment* attached = pool_->attachment(sequence_, &backbone_);
+  if (attached == nullptr) fail("the drafter's context left sequence {}", sequence_);
+  return static_cast<DrafterContext&>(*attached);
+}
 
 void BackboneDrafter::on_target_rows(const int32_t* tokens, int64_t n, const float* taps) {
   (void)tokens;
-  if (n > 0) backbone_.append_context(taps, n, context_);
-}
-
-void BackboneDrafter::truncate_context(int64_t rows) {
-  backbone_.truncate_context(rows, context_);
+  if (n > 0) backbone_.append_context(taps, n, context());
 }
 
 Draft BackboneDrafter::propose(const DraftRequest& request) {
@@ -219,7 +237,7 @@ void BackboneDrafter::feed_group(std::span<Drafter* const> members,
     if (rows[i].n <= 0) continue;
     taps.push_back(rows[i].taps);
     counts.push_back(rows[i].n);
-    contexts.push_back(&static_cast<BackboneDrafter*>(members[i])->context_);
+    contexts.push_back(&static_cast<BackboneDrafter*>(members[i])->context());
   }
   if (!contexts.empty()) backbone_.append_contexts(taps, counts, contexts);
 }

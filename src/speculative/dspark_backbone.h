@@ -15,10 +15,18 @@
 
 namespace dspark {
 
-// One sequence's drafter context: per layer, token-major [positions, kv_heads, head_dim].
-struct DrafterContext {
+// One sequence's drafter context: per layer, token-major [positions, kv_heads, head_dim]. Kept
+// in the target's state pool beside the sequence (BackboneDrafter::bind_sequence).
+struct DrafterContext : SequenceAttachment {
   std::vector<std::vector<float>> keys, values;
   int64_t length = 0;
+  int64_t kv_width = 0;  // kv_heads * head_dim
+
+  int64_t rows() const override { return length; }
+  // Each row depends only on its own taps and position, so the result equals a context fed only
+  // the rows kept.
+  void truncate(int64_t rows) override;
+  int64_t bytes() const override;
 };
 
 class DrafterBackbone {
@@ -34,9 +42,6 @@ class DrafterBackbone {
   // context exactly what its own append_context leaves, each weight read once.
   void append_contexts(std::span<const float* const> taps, std::span<const int64_t> counts,
                        std::span<DrafterContext* const> contexts) const;
-  // Keeps the first `rows` rows: each row depends only on its own taps and position, so the
-  // result equals a context fed only those rows.
-  void truncate_context(int64_t rows, DrafterContext& context) const;
   // Runs the embedded block [width, hidden] at positions context.length ... and writes the
   // final-normed hidden states [width, hidden].
   void run_block(const float* embedded, int64_t width, const DrafterContext& context,
@@ -71,8 +76,11 @@ class BackboneDrafter : public Drafter {
   BackboneDrafter(const DrafterBackbone& backbone, const void* head);
   std::vector<int> tap_layers() const override { return backbone_.config().target_layer_ids; }
   void on_target_rows(const int32_t* tokens, int64_t n, const float* taps) override;
-  int64_t context_rows() const override { return context_.length; }
-  void truncate_context(int64_t rows) override;
+  // The context goes into the pool beside the sequence: resumed from what a drafter of the same
+  // head left there (cut to the sequence's rows by the pool's trims and restores), else started
+  // empty.
+  void bind_sequence(StatePool& pool, SequenceId sequence) override;
+  int64_t context_rows() const override { return context().length; }
   Drafter* grouped() override { return this; }
   const void* group() const override { return head_; }
   void feed_group(std::span<Drafter* const> members, std::span<const DrafterRows> rows) override;
@@ -80,9 +88,13 @@ class BackboneDrafter : public Drafter {
   Draft propose(const DraftRequest& request) final;
 
  protected:
-  DrafterContext context_;
+  // The bound sequence's context in the pool, else the drafter's own.
+  DrafterContext& context() const;
 
  private:
+  mutable DrafterContext own_context_;
+  StatePool* pool_ = nullptr;
+  SequenceId sequence_ = -1;
   const DrafterBackbone& backbone_;
   const void* head_;
 };

@@ -74,6 +74,7 @@ SequenceDecoder::SequenceDecoder(const Model& model, Drafter& drafter, CapPolicy
       feed_(std::make_unique<DrafterFeed>(
           drafter, static_cast<int64_t>(taps_.size()) * model.hidden_size())) {
   check_prompt(model, prompt, pool.length(sequence));
+  drafter.bind_sequence(pool, sequence);
   result_.stats.prompt_tokens = prompt_tokens_;
   result_.stats.cached_prompt_tokens = pool.length(sequence);
   if (config.max_tokens <= 0) phase_ = Phase::done;

@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "../error_of.h"
@@ -87,6 +89,65 @@ TEST(StatePool, OwnedSequencesCloseWhenDroppedAndMoveTheirId) {
   OwnedSequence kept(pool);
   kept.reset();
   EXPECT_EQ(pool.open_count(), 0);
+}
+
+// A drafter's context kept with a sequence (SequenceAttachment): one row per target token.
+class RowsAttachment final : public SequenceAttachment {
+ public:
+  explicit RowsAttachment(int64_t rows) : rows_(rows) {}
+  int64_t rows() const override { return rows_; }
+  void truncate(int64_t rows) override { rows_ = std::min(rows_, rows); }
+  int64_t bytes() const override { return 100 * rows_; }
+
+ private:
+  int64_t rows_;
+};
+
+// Attachments live and die with their sequence: found by owner, replaced, cut by trims and
+// restores to the state's rows (never grown), counted in bytes, limiting attached_rows, and gone
+// when the id is closed and reopened.
+TEST(StatePool, AttachmentsFollowTheirSequence) {
+  const StateLayout layout = [] {
+    StateLayout attention_only = hybrid_layout();
+    attention_only.mamba_layers = 0;  // trims without a recording
+    return attention_only;
+  }();
+  StatePool pool(layout, 2);
+  const SequenceId id = pool.open(), other = pool.open();
+  const int owner = 0, second_owner = 0;
+  EXPECT_EQ(pool.attachment(id, &owner), nullptr);
+  ModelState& state = pool.host_state(id);
+  state.reserve(10);
+  state.begin_forward(8);
+  state.advance(8);
+  state.end_forward();
+  const StateSnapshot at_eight = pool.snapshot(id);
+  const int64_t bare = pool.bytes(id);
+  EXPECT_EQ(pool.attached_rows(id), 8);
+
+  pool.attach(id, &owner, std::make_unique<RowsAttachment>(8));
+  pool.attach(id, &second_owner, std::make_unique<RowsAttachment>(6));
+  EXPECT_EQ(pool.attachment(id, &owner)->rows(), 8);
+  EXPECT_EQ(pool.attachment(other, &owner), nullptr);
+  EXPECT_EQ(pool.attached_rows(id), 6);
+  EXPECT_EQ(pool.bytes(id), bare + 1400);
+  EXPECT_EQ(pool.bytes(), pool.bytes(id) + pool.bytes(other));
+
+  pool.trim(id, 7);
+  EXPECT_EQ(pool.attachment(id, &owner)->rows(), 7);
+  EXPECT_EQ(pool.attachment(id, &second_owner)->rows(), 6);
+  pool.restore(id, at_eight);  // restoring more rows grows no attachment
+  EXPECT_EQ(pool.attachment(id, &owner)->rows(), 7);
+  pool.trim(id, 3);
+  EXPECT_EQ(pool.attached_rows(id), 3);
+
+  pool.attach(id, &owner, std::make_unique<RowsAttachment>(1));
+  EXPECT_EQ(pool.attachment(id, &owner)->rows(), 1);
+  pool.close(id);
+  EXPECT_NE(error_of([&] { pool.attachment(id, &owner); }).find("is not open"), std::string::npos);
+  ASSERT_EQ(pool.open(), id);
+  EXPECT_EQ(pool.attachment(id, &owner), nullptr);
+  EXPECT_EQ(pool.attachment(id, &second_owner), nullptr);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
-// The prefix cache hands a model drafter back with the state it ran with, its context cut to the
-// reused prefix, so that a hit gives the drafter the context a fresh prefill would have.
+// The prefix cache hands back a sequence with its attachments (a model drafter's context, kept in
+// the pool) cut to the reused prefix, so that a hit gives the drafter the context a fresh prefill
+// would have.
 #include "server/prefix_cache.h"
 
 #include <gtest/gtest.h>
@@ -10,30 +11,31 @@ namespace dspark::server {
 namespace {
 
 // Records the tokens of the rows it was fed, the way a model drafter's context holds one row per
-// target token.
-class RowRecorder final : public Drafter {
+// target token, attached to the sequence as a drafter's context is.
+class RowRecorder final : public SequenceAttachment {
  public:
-  std::string name() const override { return "rows"; }
-  void on_target_rows(const int32_t* tokens, int64_t n, const float* taps) override {
-    (void)taps;
-    rows.insert(rows.end(), tokens, tokens + n);
+  int64_t rows() const override { return static_cast<int64_t>(tokens.size()); }
+  void truncate(int64_t count) override {
+    if (count < rows()) tokens.resize(static_cast<size_t>(count));
   }
-  int64_t context_rows() const override { return static_cast<int64_t>(rows.size()); }
-  void truncate_context(int64_t count) override { rows.resize(static_cast<size_t>(count)); }
-  Draft propose(const DraftRequest& request) override {
-    (void)request;
-    return {};
-  }
-  std::vector<int32_t> rows;
+  int64_t bytes() const override { return static_cast<int64_t>(tokens.size() * sizeof(int32_t)); }
+  std::vector<int32_t> tokens;
 };
+const int kRecorderOwner = 0;  // the attachment's identity
 
 int64_t length(const CacheLease& lease) {
   return lease.sequence.pool().length(lease.sequence.id());
 }
 
-// Runs `tokens[length ..]` through the model, feeding the drafter `fed` of those rows.
-void prefill(const Model& model, const std::vector<int32_t>& tokens, CacheLease& lease,
-             int64_t fed) {
+RowRecorder* recorder(const CacheLease& lease) {
+  return static_cast<RowRecorder*>(
+      lease.sequence.pool().attachment(lease.sequence.id(), &kRecorderOwner));
+}
+
+// Runs `tokens[length ..]` through the model, recording `fed` of those rows (none attached when
+// `record` is off).
+void prefill(const Model& model, const std::vector<int32_t>& tokens, CacheLease& lease, int64_t fed,
+             bool record = true) {
   ForwardOutput output;
   const int64_t start = length(lease);
   model.forward_batch({{tokens.data() + start,
@@ -43,12 +45,13 @@ void prefill(const Model& model, const std::vector<int32_t>& tokens, CacheLease&
                         {},
                         &output}},
                       lease.sequence.pool());
-  if (!lease.drafter) lease.drafter = std::make_unique<RowRecorder>();
-  lease.drafter->on_target_rows(tokens.data() + start, fed, nullptr);
-}
-
-const RowRecorder& recorder(const CacheLease& lease) {
-  return dynamic_cast<const RowRecorder&>(*lease.drafter);
+  if (!record) return;
+  if (recorder(lease) == nullptr) {
+    lease.sequence.pool().attach(lease.sequence.id(), &kRecorderOwner,
+                                 std::make_unique<RowRecorder>());
+  }
+  recorder(lease)->tokens.insert(recorder(lease)->tokens.end(), tokens.begin() + start,
+                                 tokens.begin() + start + fed);
 }
 
 std::vector<int32_t> sequence(int32_t first, int n) {
@@ -66,7 +69,7 @@ TEST(PrefixCacheDrafter, TrimModeCutsTheDrafterToTheSharedPrefix) {
   const std::vector<int32_t> first = sequence(1, 12);
   CacheLease lease = cache.acquire(first);
   EXPECT_EQ(lease.cached_tokens, 0);
-  EXPECT_EQ(lease.drafter, nullptr);
+  EXPECT_EQ(recorder(lease), nullptr);
   prefill(*model, first, lease, 12);
   cache.release(std::move(lease), first);
 
@@ -76,8 +79,8 @@ TEST(PrefixCacheDrafter, TrimModeCutsTheDrafterToTheSharedPrefix) {
   CacheLease hit = cache.acquire(second);
   EXPECT_EQ(hit.cached_tokens, 7);
   EXPECT_EQ(length(hit), 7);
-  ASSERT_NE(hit.drafter, nullptr);
-  EXPECT_EQ(recorder(hit).rows, std::vector<int32_t>(first.begin(), first.begin() + 7));
+  ASSERT_NE(recorder(hit), nullptr);
+  EXPECT_EQ(recorder(hit)->tokens, std::vector<int32_t>(first.begin(), first.begin() + 7));
 }
 
 TEST(PrefixCacheDrafter, ADrafterShorterThanTheStateLimitsReuse) {
@@ -94,7 +97,7 @@ TEST(PrefixCacheDrafter, ADrafterShorterThanTheStateLimitsReuse) {
   CacheLease hit = cache.acquire(first);
   EXPECT_EQ(hit.cached_tokens, 5);
   EXPECT_EQ(length(hit), 5);
-  EXPECT_EQ(recorder(hit).rows.size(), 5u);
+  EXPECT_EQ(recorder(hit)->tokens.size(), 5u);
 }
 
 TEST(PrefixCacheDrafter, CheckpointModeCutsTheDrafterToTheRestoredSnapshot) {
@@ -117,10 +120,10 @@ TEST(PrefixCacheDrafter, CheckpointModeCutsTheDrafterToTheRestoredSnapshot) {
   CacheLease hit = cache.acquire(second);
   EXPECT_EQ(hit.cached_tokens, 4);
   EXPECT_EQ(length(hit), 4);
-  EXPECT_EQ(recorder(hit).rows, std::vector<int32_t>(first.begin(), first.begin() + 4));
+  EXPECT_EQ(recorder(hit)->tokens, std::vector<int32_t>(first.begin(), first.begin() + 4));
 }
 
-TEST(PrefixCacheDrafter, WithoutADrafterNoneComesBack) {
+TEST(PrefixCacheDrafter, WithoutADrafterTheWholeStateIsReused) {
   testing::TinyCheckpoint checkpoint(6);
   testing::fill_llama(checkpoint);
   auto model = load_model(checkpoint.write());
@@ -128,12 +131,11 @@ TEST(PrefixCacheDrafter, WithoutADrafterNoneComesBack) {
   PrefixCache cache(*model, pool, {});
   const std::vector<int32_t> first = sequence(4, 10);
   CacheLease lease = cache.acquire(first);
-  prefill(*model, first, lease, 0);
-  lease.drafter.reset();
+  prefill(*model, first, lease, 0, /*record=*/false);
   cache.release(std::move(lease), first);
   CacheLease hit = cache.acquire(first);
   EXPECT_EQ(hit.cached_tokens, 9);
-  EXPECT_EQ(hit.drafter, nullptr);
+  EXPECT_EQ(recorder(hit), nullptr);
 }
 
 // Cached states are pool sequences: a hit hands out the cached sequence itself, a miss opens one,
