@@ -128,12 +128,13 @@ void DrafterBackbone::append_contexts(std::span<const float* const> taps,
 }
 
 void DrafterContext::truncate(int64_t rows) {
+  rows = std::max<int64_t>(rows, 0);
   if (rows >= length) return;
   for (size_t l = 0; l < keys.size(); ++l) {
     keys[l].resize(static_cast<size_t>(rows * kv_width));
     values[l].resize(static_cast<size_t>(rows * kv_width));
   }
-  length = std::max<int64_t>(rows, 0);
+  length = rows;
 }
 
 int64_t DrafterContext::bytes() const {
