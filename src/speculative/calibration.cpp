@@ -87,9 +87,8 @@ struct Measurer {
     logit_rows.resize(width);
     std::iota(logit_rows.begin(), logit_rows.end(), 0);
     state.set_recording(width > 1);
-    const double start = now_seconds();
-    target.forward(rows.data(), width, state, logit_rows, taps, output);
-    const double elapsed = now_seconds() - start;
+    const double elapsed =
+        seconds_of([&] { target.forward(rows.data(), width, state, logit_rows, taps, output); });
     if (width > 1) state.trim(length);
     return elapsed;
   }
