@@ -1,7 +1,7 @@
 // Decode attention: one query row against a KV cache of `context` positions, the per-layer,
 // per-token cost of causal_attention; BM_RowsAttention: several rows after a context. Shapes:
 // SmolLM2-135M (9 query heads, 3 KV heads, head_dim 64) and a wide-group one (16 query heads, 2 KV
-// heads, head_dim 128).
+// heads, head_dim 128). kv_bits: an fp32 or an f16 cache.
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -20,30 +20,44 @@ std::vector<float> random_values(int64_t n, uint32_t seed) {
   return values;
 }
 
+// The cache as the model stores it: fp32, or f16 (kernels::store_kv).
+struct BenchCache {
+  dspark::kernels::KvType type;
+  std::vector<uint8_t> keys, values;
+
+  BenchCache(dspark::kernels::KvType kv_type, int64_t n) : type(kv_type) {
+    const int64_t bytes = n * dspark::kernels::kv_type_bytes(kv_type);
+    keys.resize(bytes);
+    values.resize(bytes);
+    dspark::kernels::store_kv(kv_type, random_values(n, 2).data(), n, keys.data());
+    dspark::kernels::store_kv(kv_type, random_values(n, 3).data(), n, values.data());
+  }
+};
+
 void BM_DecodeAttention(benchmark::State& state) {
   const int64_t context = state.range(0), q_heads = state.range(1), kv_heads = state.range(2),
                 dim = state.range(3);
+  const auto kv_type =
+      state.range(4) == 16 ? dspark::kernels::KvType::f16 : dspark::kernels::KvType::f32;
   const std::vector<float> q = random_values(q_heads * dim, 1);
-  const std::vector<float> keys = random_values(context * kv_heads * dim, 2);
-  const std::vector<float> values = random_values(context * kv_heads * dim, 3);
+  const BenchCache cache(kv_type, context * kv_heads * dim);
   std::vector<float> out(q_heads * dim);
-  const float scale = 1.0f / 8.0f;
+  const dspark::kernels::AttentionSequence sequence{
+      q.data(), 1, cache.keys.data(), cache.values.data(), context - 1, out.data(), kv_type};
   for (auto _ : state) {
-    dspark::kernels::causal_attention(q.data(), 1, q_heads, kv_heads, dim, keys.data(),
-                                      values.data(), context - 1, scale, out.data());
+    dspark::kernels::causal_attention_batch(&sequence, 1, q_heads, kv_heads, dim, 1.0f / 8.0f);
     benchmark::DoNotOptimize(out.data());
   }
-  state.counters["cache_GBps"] = benchmark::Counter(2.0 * context * kv_heads * dim * sizeof(float),
-                                                    benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["cache_GBps"] = benchmark::Counter(
+      2.0 * context * kv_heads * dim * static_cast<double>(dspark::kernels::kv_type_bytes(kv_type)),
+      benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_DecodeAttention)
-    ->ArgNames({"context", "q_heads", "kv_heads", "dim"})
-    ->Args({512, 9, 3, 64})
-    ->Args({2048, 9, 3, 64})
-    ->Args({8192, 9, 3, 64})
-    ->Args({32768, 9, 3, 64})
-    ->Args({2048, 16, 2, 128})
-    ->Args({32768, 16, 2, 128})
+    ->ArgNames({"context", "q_heads", "kv_heads", "dim", "kv_bits"})
+    ->ArgsProduct({{512, 2048, 8192, 32768}, {9}, {3}, {64}, {32, 16}})
+    ->Args({2048, 16, 2, 128, 32})
+    ->Args({32768, 16, 2, 128, 32})
+    ->Args({32768, 16, 2, 128, 16})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
@@ -51,23 +65,25 @@ BENCHMARK(BM_DecodeAttention)
 // one call share the context's key blocks).
 void BM_RowsAttention(benchmark::State& state) {
   const int64_t past = state.range(0), rows = state.range(1), q_heads = 9, kv_heads = 3, dim = 64;
+  const auto kv_type =
+      state.range(2) == 16 ? dspark::kernels::KvType::f16 : dspark::kernels::KvType::f32;
   const std::vector<float> q = random_values(rows * q_heads * dim, 1);
-  const std::vector<float> keys = random_values((past + rows) * kv_heads * dim, 2);
-  const std::vector<float> values = random_values((past + rows) * kv_heads * dim, 3);
+  const BenchCache cache(kv_type, (past + rows) * kv_heads * dim);
   std::vector<float> out(rows * q_heads * dim);
+  const dspark::kernels::AttentionSequence sequence{
+      q.data(), rows, cache.keys.data(), cache.values.data(), past, out.data(), kv_type};
   for (auto _ : state) {
-    dspark::kernels::causal_attention(q.data(), rows, q_heads, kv_heads, dim, keys.data(),
-                                      values.data(), past, 1.0f / 8.0f, out.data());
+    dspark::kernels::causal_attention_batch(&sequence, 1, q_heads, kv_heads, dim, 1.0f / 8.0f);
     benchmark::DoNotOptimize(out.data());
   }
 }
 BENCHMARK(BM_RowsAttention)
-    ->ArgNames({"past", "rows"})
-    ->Args({512, 2})
-    ->Args({512, 4})
-    ->Args({512, 8})
-    ->Args({4096, 8})
-    ->Args({8192, 256})
+    ->ArgNames({"past", "rows", "kv_bits"})
+    ->ArgsProduct({{512}, {2, 4, 8}, {32, 16}})
+    ->Args({4096, 8, 32})
+    ->Args({4096, 8, 16})
+    ->Args({8192, 256, 32})
+    ->Args({8192, 256, 16})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 

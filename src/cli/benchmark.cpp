@@ -24,6 +24,7 @@
 #include "formats/model_store.h"
 #include "hub/resolve.h"
 #include "kernels/bandwidth.h"
+#include "kernels/ops.h"
 #include "kernels/quant.h"
 #include "speculative/cap.h"
 #include "speculative/decode_report.h"
@@ -330,9 +331,10 @@ void run_benchmark(const BenchmarkOptions& options) {
   BenchmarkReport report;
   report.version = kVersion;
   report.threads = default_pool().num_threads();
-  report.device = fmt::format("CPU {} ({}, {} numerics)", cpu_features().model_name,
+  report.device = fmt::format("CPU {} ({}, {} numerics, {} KV cache)", cpu_features().model_name,
                               kernels::isa_name(kernels::best_isa()),
-                              kernels::numerics_name(kernels::numerics()));
+                              kernels::numerics_name(kernels::numerics()),
+                              kernels::kv_type_name(kernels::kv_cache_type()));
   report.os = os_description();
   report.trials = options.trials;
   report.max_new_tokens = options.max_new_tokens;
@@ -573,7 +575,7 @@ void add_benchmark_command(CLI::App& app) {
                       "Write an SVG chart to this path (.svg added when missing; a PNG beside it "
                       "when rsvg-convert exists)");
   command->add_option("--threads", options->threads, "Worker threads (default: all CPUs)");
-  add_numerics_flag(*command);
+  add_numerics_flags(*command);
   command->add_flag("--recalibrate", options->recalibrate, "Measure verify costs even when cached");
   command->add_option("--concurrency", options->concurrency,
                       "Also run every arm with N generations at once, their forwards batched "

@@ -8,6 +8,7 @@
 #include "base/thread_pool.h"
 #include "formats/model_store.h"
 #include "hub/resolve.h"
+#include "kernels/ops.h"
 #include "kernels/quant.h"
 #include "speculative/drafter_resolution.h"
 
@@ -53,7 +54,7 @@ CLI::Validator thread_count() {
       "THREADS");
 }
 
-void add_numerics_flag(CLI::App& command) {
+void add_numerics_flags(CLI::App& command) {
   command
       .add_option_function<std::string>(
           "--numerics",
@@ -63,10 +64,19 @@ void add_numerics_flag(CLI::App& command) {
           "Quantized products: int8 (activations rounded to 8 bits, the default) or fp32 (the "
           "oracle path); DSPARK_NUMERICS sets the same")
       ->check(CLI::IsMember({"int8", "fp32"}));
+  command
+      .add_option_function<std::string>(
+          "--kv-cache",
+          [](const std::string& name) {
+            kernels::set_kv_cache_type(kernels::parse_kv_type(name, "--kv-cache"));
+          },
+          "KV cache type: f16 (the default under int8 numerics) or f32 (the default under fp32 "
+          "numerics); DSPARK_KV_CACHE sets the same")
+      ->check(CLI::IsMember({"f16", "f32"}));
 }
 
 void add_decode_flags(CLI::App& command, DecodeFlags& flags) {
-  add_numerics_flag(command);
+  add_numerics_flags(command);
   command
       .add_option("--mode", flags.mode,
                   "Decoding: auto (a drafter if one is found, else lookup), dspark, dflash, "

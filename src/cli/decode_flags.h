@@ -25,9 +25,10 @@ struct DecodeFlags {
   bool special_tokens_in_content = false;
 };
 
-// --numerics int8|fp32: sets the process-wide numerics of quantized products when parsed.
-void add_numerics_flag(CLI::App& command);
-// The decoding flags above, --numerics among them.
+// --numerics int8|fp32 and --kv-cache f16|f32: set the process-wide numerics of quantized
+// products and the KV cache type of new model states when parsed.
+void add_numerics_flags(CLI::App& command);
+// The decoding flags above, --numerics and --kv-cache among them.
 void add_decode_flags(CLI::App& command, DecodeFlags& flags);
 
 // A number in [min, max]: unlike CLI::Range it refuses nan and inf (every comparison with NaN

@@ -12,6 +12,8 @@
 // Attention gives the same bits on every ISA (scalar, AVX2, AVX-512; kernels/cpu/attention_impl.h
 // fixes its order).
 #include <cstdint>
+#include <optional>
+#include <string_view>
 
 #include "kernels/quant.h"
 
@@ -88,15 +90,35 @@ void causal_attention_isa(Isa isa, const float* q, int64_t rows, int64_t q_heads
                           int64_t head_dim, const float* keys, const float* values, int64_t past,
                           float scale, float* out);
 
-// One sequence of a batched attention: its query rows, its own cache and its output, laid out as
-// in causal_attention.
+// The element type of a model state's KV cache. f16 halves what attention reads per token and
+// what the cache holds; attention widens its values to fp32 exactly, so rows stay bit-identical
+// whatever the batch, the thread count and the ISA.
+enum class KvType { f32, f16 };
+const char* kv_type_name(KvType type);
+// "f16" or "f32"; anything else throws dspark::Error naming `what` (e.g. "--kv-cache").
+KvType parse_kv_type(std::string_view name, const char* what);
+int64_t kv_type_bytes(KvType type);
+// The KV cache type of new model states: f16 under int8 numerics (the precision class of MLX's
+// bf16 cache and llama.cpp's f16 one), f32 under fp32 numerics (the oracle path), unless
+// DSPARK_KV_CACHE=f16|f32 (read at first use; a bad value throws) or set_kv_cache_type says
+// otherwise.
+KvType kv_cache_type();
+// A type, or nullopt: follow the numerics again.
+void set_kv_cache_type(std::optional<KvType> type);
+// Writes n values into a cache of `type`: as they are, or rounded to the nearest f16 with values
+// past ±65504 saturating there (an infinite key would turn every score into NaN).
+void store_kv(KvType type, const float* src, int64_t n, void* dst);
+
+// One sequence of a batched attention: its query rows, its own cache (of kv_type) and its output,
+// laid out as in causal_attention.
 struct AttentionSequence {
   const float* q = nullptr;
   int64_t rows = 0;
-  const float* keys = nullptr;
-  const float* values = nullptr;
+  const void* keys = nullptr;
+  const void* values = nullptr;
   int64_t past = 0;
   float* out = nullptr;
+  KvType kv_type = KvType::f32;
 };
 // causal_attention of several sequences sharing the head shape, their work spread over the pool
 // together (a step of single-row sequences leaves too little work in any one of them to share).

@@ -251,6 +251,7 @@ StateLayout DenseTransformer::state_layout() const {
   layout.kv_heads = c_.kv_heads;
   layout.head_dim = c_.head_dim;
   layout.max_context = c_.max_context;
+  layout.kv_type = kernels::kv_cache_type();
   return layout;
 }
 

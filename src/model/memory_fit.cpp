@@ -17,9 +17,9 @@ double gb(int64_t bytes) {
 }  // namespace
 
 int64_t state_bytes(const StateLayout& layout, int64_t context) {
-  const int64_t kv = 2 * layout.attention_layers * layout.kv_row() * context;
+  const int64_t kv = 2 * layout.attention_layers * layout.kv_row_bytes() * context;
   const int64_t mamba = layout.mamba_layers * (layout.conv_window() + layout.ssm_size());
-  return static_cast<int64_t>(sizeof(float)) * (kv + mamba);
+  return kv + static_cast<int64_t>(sizeof(float)) * mamba;
 }
 
 MemoryEstimate estimate_memory(const Model& model, int64_t context) {

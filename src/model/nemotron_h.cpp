@@ -435,6 +435,7 @@ StateLayout NemotronH::state_layout() const {
   layout.conv_kernel = c_.conv_kernel;
   layout.ssm = {c_.mamba_heads, c_.mamba_head_dim, c_.n_groups, c_.ssm_state};
   layout.max_context = c_.max_context;
+  layout.kv_type = kernels::kv_cache_type();
   return layout;
 }
 

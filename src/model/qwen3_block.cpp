@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "model/state.h"
 
@@ -84,16 +83,18 @@ Attend cached_attention(const AttentionShape& shape, int64_t layer,
       ModelState& state = *span.state;
       const int64_t past = state.length();
       float* span_q = q + span.first * q_width;
-      float* keys = state.keys(layer) + past * kv_width;
-      std::memcpy(keys, k + span.first * kv_width, span.rows * kv_width * sizeof(float));
-      std::memcpy(state.values(layer) + past * kv_width, v + span.first * kv_width,
-                  span.rows * kv_width * sizeof(float));
+      float* span_k = k + span.first * kv_width;
       if (rope != nullptr) {
         kernels::rope(span_q, span.rows, shape.heads, hd, past, *rope);
-        kernels::rope(keys, span.rows, shape.kv_heads, hd, past, *rope);
+        kernels::rope(span_k, span.rows, shape.kv_heads, hd, past, *rope);
       }
+      const StateLayout& layout = state.layout();
+      const int64_t stored = past * layout.kv_row_bytes();
+      kernels::store_kv(layout.kv_type, span_k, span.rows * kv_width, state.keys(layer) + stored);
+      kernels::store_kv(layout.kv_type, v + span.first * kv_width, span.rows * kv_width,
+                        state.values(layer) + stored);
       sequences.push_back({span_q, span.rows, state.keys(layer), state.values(layer), past,
-                           o + span.first * q_width});
+                           o + span.first * q_width, layout.kv_type});
     }
     // All the spans at once: a step of one-row sequences has too little work in each to share.
     kernels::causal_attention_batch(sequences.data(), static_cast<int64_t>(sequences.size()),

@@ -33,8 +33,8 @@ void ModelState::reserve(int64_t tokens) {
   int64_t capacity = std::max<int64_t>(tokens, capacity_ + capacity_ / 2);
   if (layout_.max_context > 0) capacity = std::min(capacity, layout_.max_context);
   for (int64_t l = 0; l < layout_.attention_layers; ++l) {
-    keys_[l].resize(capacity * layout_.kv_row());
-    values_[l].resize(capacity * layout_.kv_row());
+    keys_[l].resize(capacity * layout_.kv_row_bytes());
+    values_[l].resize(capacity * layout_.kv_row_bytes());
   }
   capacity_ = capacity;
 }
@@ -112,7 +112,8 @@ void ModelState::rebuild_mamba_to(int64_t keep) {
 StateSnapshot ModelState::snapshot() const {
   StateSnapshot snapshot;
   snapshot.length = length_;
-  const int64_t used = length_ * layout_.kv_row();
+  snapshot.kv_type = layout_.kv_type;
+  const int64_t used = length_ * layout_.kv_row_bytes();
   for (int64_t l = 0; l < layout_.attention_layers; ++l) {
     snapshot.keys.emplace_back(keys_[l].begin(), keys_[l].begin() + used);
     snapshot.values.emplace_back(values_[l].begin(), values_[l].begin() + used);
@@ -122,20 +123,22 @@ StateSnapshot ModelState::snapshot() const {
 }
 
 int64_t ModelState::bytes() const {
+  size_t kv_bytes = 0;
+  for (const auto& keys : keys_) kv_bytes += keys.capacity();
+  for (const auto& values : values_) kv_bytes += values.capacity();
   size_t floats = 0;
-  for (const auto& keys : keys_) floats += keys.capacity();
-  for (const auto& values : values_) floats += values.capacity();
   for (const auto& layer : mamba_) floats += layer.conv.capacity() + layer.ssm.capacity();
   for (const auto& r : records_) {
     floats += r.ssm_before.capacity() + r.conv_before.capacity() + r.A.capacity() +
               r.xbc.capacity() + r.x.capacity() + r.B.capacity() + r.C.capacity() + r.dt.capacity();
   }
-  return static_cast<int64_t>(floats * sizeof(float));
+  return static_cast<int64_t>(kv_bytes + floats * sizeof(float));
 }
 
 void ModelState::restore(const StateSnapshot& snapshot) {
-  const int64_t used = snapshot.length * layout_.kv_row();
-  bool fits = static_cast<int64_t>(snapshot.keys.size()) == layout_.attention_layers &&
+  const int64_t used = snapshot.length * layout_.kv_row_bytes();
+  bool fits = snapshot.kv_type == layout_.kv_type &&
+              static_cast<int64_t>(snapshot.keys.size()) == layout_.attention_layers &&
               static_cast<int64_t>(snapshot.mamba.size()) == layout_.mamba_layers;
   for (size_t l = 0; fits && l < snapshot.keys.size(); ++l) {
     fits = static_cast<int64_t>(snapshot.keys[l].size()) == used &&
@@ -145,7 +148,7 @@ void ModelState::restore(const StateSnapshot& snapshot) {
     fits = static_cast<int64_t>(snapshot.mamba[i].conv.size()) == layout_.conv_window() &&
            static_cast<int64_t>(snapshot.mamba[i].ssm.size()) == layout_.ssm_size();
   }
-  if (!fits) fail("restore: the snapshot does not fit this model's state layout");
+  if (!fits) fail("restore: the snapshot does not fit this state's layout and KV type");
   reserve(snapshot.length);
   for (int64_t l = 0; l < layout_.attention_layers; ++l) {
     std::copy(snapshot.keys[l].begin(), snapshot.keys[l].end(), keys_[l].begin());

@@ -2,10 +2,13 @@
 // The per-sequence state of a model: a KV cache per attention layer and, per Mamba layer, the
 // conv window and the SSM state (docs/model-math.md §6).
 //
-// Storage: K/V, conv windows and SSM states are fp32. mlx-lm keeps K/V and the conv window in the
-// activation dtype (bf16); fp32 costs twice the KV memory (12 KiB per token for Nemotron Nano,
-// 3 GiB at 262144 tokens) but keeps our forward equal to an fp32 reference and keeps rows that
-// were computed together equal to rows computed one at a time.
+// Storage: conv windows and SSM states are fp32. K/V are f16 under int8 numerics and fp32 under
+// fp32 numerics (kernels::kv_cache_type). mlx-lm keeps K/V and the conv window in the activation
+// dtype (bf16). f16 halves the bytes a decode step reads from the cache (at 512 tokens of context
+// the default model's fp32 cache is a quarter of a step's reads) and the cache's memory (Nemotron
+// Nano: 6 instead of 12 KiB per token); fp32 keeps the oracle path equal to an fp32 reference.
+// Either way a row is stored before any row reads it, so rows computed together equal rows
+// computed one at a time.
 //
 // Rollback. Attention layers trim by moving the length back. Mamba layers cannot run backwards,
 // so a forward with recording on stores, per Mamba layer, the SSM state and conv window before the
@@ -13,6 +16,7 @@
 // (docs/speculative.md §7.2). trim() then rebuilds each Mamba layer by re-running only the
 // recurrence over the kept rows, one token at a time with the same kernel that one-token decoding
 // uses, so the rebuilt state is bit-identical to the state plain decoding of those tokens reaches.
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -29,8 +33,11 @@ struct StateLayout {
   int64_t conv_kernel = 0;
   kernels::SsmDims ssm;
   int64_t max_context = 0;
+  // Not part of the shape: a model runs states of either type.
+  kernels::KvType kv_type = kernels::KvType::f32;
 
   int64_t kv_row() const { return kv_heads * head_dim; }
+  int64_t kv_row_bytes() const { return kv_row() * kernels::kv_type_bytes(kv_type); }
   int64_t conv_window() const { return (conv_kernel - 1) * conv_channels; }
   int64_t ssm_size() const { return ssm.heads * ssm.head_dim * ssm.state_size; }
 };
@@ -52,11 +59,13 @@ struct MambaRecord {
   std::vector<float> dt;           // [rows, heads] after softplus and clamp
 };
 
-// A copy of a state's contents (K/V up to its length), for prefix caching and tests.
+// A copy of a state's contents (K/V up to its length, in the state's KV type), for prefix caching
+// and tests.
 struct StateSnapshot {
   int64_t length = 0;
-  std::vector<std::vector<float>> keys;
-  std::vector<std::vector<float>> values;
+  kernels::KvType kv_type = kernels::KvType::f32;
+  std::vector<std::vector<std::byte>> keys;
+  std::vector<std::vector<std::byte>> values;
   std::vector<MambaLayerState> mamba;
 };
 
@@ -94,14 +103,15 @@ class ModelState {
   StateSnapshot snapshot() const;
   // Bytes the state holds: its KV capacity, conv windows, SSM states and recording.
   int64_t bytes() const;
-  // Throws when the snapshot was taken from a state of another layout.
+  // Throws when the snapshot was taken from a state of another layout or KV type.
   void restore(const StateSnapshot& snapshot);
 
   // --- used by the model forward ---
   // Makes room for `tokens` positions in every KV cache; throws past max_context.
   void reserve(int64_t tokens);
-  float* keys(int64_t attention_layer) { return keys_[attention_layer].data(); }
-  float* values(int64_t attention_layer) { return values_[attention_layer].data(); }
+  // The layer's cache, layout().kv_row_bytes() per position, of layout().kv_type.
+  std::byte* keys(int64_t attention_layer) { return keys_[attention_layer].data(); }
+  std::byte* values(int64_t attention_layer) { return values_[attention_layer].data(); }
   MambaLayerState& mamba(int64_t mamba_layer) { return mamba_[mamba_layer]; }
   const MambaLayerState& mamba(int64_t mamba_layer) const { return mamba_[mamba_layer]; }
   // Called once at the start of a forward of `rows` tokens: starts a record (capturing every
@@ -119,8 +129,8 @@ class ModelState {
   StateLayout layout_;
   int64_t length_ = 0;
   int64_t capacity_ = 0;
-  std::vector<std::vector<float>> keys_;    // per attention layer [capacity, kv_heads, head_dim]
-  std::vector<std::vector<float>> values_;  // same
+  std::vector<std::vector<std::byte>> keys_;  // per attention layer [capacity, kv_heads, head_dim]
+  std::vector<std::vector<std::byte>> values_;  // same
   std::vector<MambaLayerState> mamba_;
   bool recording_ = false;
   bool recording_active_ = false;  // inside a forward that is being recorded

@@ -83,10 +83,10 @@ void PrefixCache::clear() {
 
 int64_t PrefixCache::slot_bytes(const Slot& slot) const {
   const auto& layout = pool_.layout();
-  int64_t bytes = 2 * pool_.length(slot.sequence.id()) * layout.kv_row() * layout.attention_layers *
-                  static_cast<int64_t>(sizeof(float));
+  int64_t bytes =
+      2 * pool_.length(slot.sequence.id()) * layout.kv_row_bytes() * layout.attention_layers;
   for (const auto& checkpoint : slot.checkpoints) {
-    for (const auto& keys : checkpoint.keys) bytes += 2 * keys.size() * sizeof(float);
+    for (const auto& keys : checkpoint.keys) bytes += 2 * static_cast<int64_t>(keys.size());
     bytes += static_cast<int64_t>(checkpoint.mamba.size()) *
              (layout.conv_window() + layout.ssm_size()) * static_cast<int64_t>(sizeof(float));
   }

@@ -8,12 +8,16 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <string>
+#include <tuple>
 #include <vector>
 
+#include "base/error.h"
 #include "base/thread_pool.h"
 #include "kernels/cpu/attention_impl.h"
 #include "kernels/ops.h"
 #include "kernels/quant.h"
+#include "tensor/dtype.h"
 
 namespace dspark::kernels {
 namespace {
@@ -154,6 +158,129 @@ TEST(CausalAttention, RowsDoNotDependOnTheBatchOrTheThreadCount) {
       }
     }
   }
+}
+
+// A cache of f16 values: the keys and values as stored, and the same values widened to fp32.
+struct F16Cache {
+  std::vector<uint16_t> keys, values;
+  std::vector<float> keys_f32, values_f32;
+
+  explicit F16Cache(const Cache& cache) { set(cache); }
+  void set(const Cache& cache) {
+    for (auto [from, to, wide] : {std::tuple{&cache.keys, &keys, &keys_f32},
+                                  std::tuple{&cache.values, &values, &values_f32}}) {
+      const auto n = static_cast<int64_t>(from->size());
+      to->resize(n);
+      store_kv(KvType::f16, from->data(), n, to->data());
+      wide->resize(n);
+      for (int64_t i = 0; i < n; ++i) (*wide)[i] = dspark::f16_to_f32((*to)[i]);
+    }
+  }
+};
+
+TEST(CausalAttention, AnF16CacheGivesTheBitsOfAnF32CacheOfTheSameValues) {
+  // Decode rows on both sides of a key block, a verify round, a prefill chunk across blocks and an
+  // empty sequence, each over its own f16 cache, in one batch and at 1 and 3 threads.
+  struct Part {
+    int64_t rows, past;
+  };
+  const Part parts[] = {{1, 0}, {1, 255}, {1, 700}, {5, 300}, {0, 9}, {300, 10}};
+  for (const Shape& shape : {Shape{9, 3, 64}, Shape{8, 1, 128}, Shape{6, 2, 80}}) {
+    std::vector<Cache> caches;
+    std::vector<F16Cache> halves;
+    for (size_t i = 0; i < std::size(parts); ++i) {
+      caches.emplace_back(shape, parts[i].rows, parts[i].past + parts[i].rows,
+                          static_cast<uint32_t>(40 + i));
+      halves.emplace_back(caches.back());
+    }
+    const int64_t row_size = shape.q_heads * shape.head_dim;
+    for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) {
+      if (!isa_supported(isa)) continue;
+      for (int threads : {1, 2, 3}) {
+        set_default_threads(threads);
+        std::vector<std::vector<float>> outputs;
+        std::vector<AttentionSequence> sequences;
+        for (size_t i = 0; i < std::size(parts); ++i) {
+          outputs.emplace_back(parts[i].rows * row_size);
+          sequences.push_back({caches[i].q.data(), parts[i].rows, halves[i].keys.data(),
+                               halves[i].values.data(), parts[i].past, outputs[i].data(),
+                               KvType::f16});
+        }
+        causal_attention_batch_isa(isa, sequences.data(), static_cast<int64_t>(sequences.size()),
+                                   shape.q_heads, shape.kv_heads, shape.head_dim, caches[0].scale);
+        for (size_t i = 0; i < std::size(parts); ++i) {
+          std::vector<float> expected(parts[i].rows * row_size);
+          causal_attention_isa(isa, caches[i].q.data(), parts[i].rows, shape.q_heads,
+                               shape.kv_heads, shape.head_dim, halves[i].keys_f32.data(),
+                               halves[i].values_f32.data(), parts[i].past, caches[i].scale,
+                               expected.data());
+          EXPECT_TRUE(same_bits(outputs[i], expected))
+              << isa_name(isa) << " threads " << threads << " sequence " << i << " head_dim "
+              << shape.head_dim;
+        }
+      }
+      set_default_threads(2);
+    }
+  }
+}
+
+TEST(CausalAttention, AnF16CacheRewrittenInPlaceIsReadAfresh) {
+  // The same cache buffer with new contents (the next layer, or a rolled-back sequence): the
+  // second call must not reuse what the first widened. One kv head and one key block, so a thread
+  // ends the first call and starts the second on the same block.
+  const Shape shape{8, 1, 64};
+  const Cache first(shape, 4, 100, 1), second(shape, 4, 100, 2);
+  F16Cache half(first);
+  const int64_t row_size = shape.q_heads * shape.head_dim;
+  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) {
+    if (!isa_supported(isa)) continue;
+    for (int threads : {1, 2}) {
+      set_default_threads(threads);
+      half.set(first);
+      std::vector<float> out(4 * row_size), expected(4 * row_size);
+      const AttentionSequence sequence{
+          first.q.data(), 4, half.keys.data(), half.values.data(), 96, out.data(), KvType::f16};
+      causal_attention_batch_isa(isa, &sequence, 1, shape.q_heads, shape.kv_heads, shape.head_dim,
+                                 first.scale);
+      half.set(second);
+      causal_attention_batch_isa(isa, &sequence, 1, shape.q_heads, shape.kv_heads, shape.head_dim,
+                                 first.scale);
+      causal_attention_isa(isa, first.q.data(), 4, shape.q_heads, shape.kv_heads, shape.head_dim,
+                           half.keys_f32.data(), half.values_f32.data(), 96, first.scale,
+                           expected.data());
+      EXPECT_TRUE(same_bits(out, expected)) << isa_name(isa) << " threads " << threads;
+    }
+    set_default_threads(2);
+  }
+}
+
+TEST(KvCacheType, FollowsTheNumericsUnlessSetAndNamesABadValue) {
+  const Numerics numerics_before = numerics();
+  EXPECT_EQ(parse_kv_type("f16", "--kv-cache"), KvType::f16);
+  EXPECT_EQ(kv_type_bytes(KvType::f16), 2);
+  EXPECT_EQ(kv_type_bytes(KvType::f32), 4);
+  try {
+    parse_kv_type("q8_0", "--kv-cache");
+    FAIL() << "q8_0 was accepted";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("--kv-cache: KV cache type 'q8_0'"), std::string::npos)
+        << error.what();
+  }
+  if (std::getenv("DSPARK_KV_CACHE") == nullptr) {
+    set_numerics(Numerics::fp32);
+    EXPECT_EQ(kv_cache_type(), KvType::f32);
+    set_numerics(Numerics::int8);
+    EXPECT_EQ(kv_cache_type(), KvType::f16);
+  }
+  set_kv_cache_type(KvType::f32);
+  set_numerics(Numerics::int8);
+  EXPECT_EQ(kv_cache_type(), KvType::f32);
+  set_kv_cache_type(std::nullopt);
+  EXPECT_EQ(kv_cache_type(), KvType::f16);
+  if (const char* chosen = std::getenv("DSPARK_KV_CACHE")) {
+    set_kv_cache_type(parse_kv_type(chosen, "DSPARK_KV_CACHE"));
+  }
+  set_numerics(numerics_before);
 }
 
 TEST(CausalAttention, MatchesADoublePrecisionSoftmax) {

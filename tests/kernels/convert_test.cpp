@@ -2,6 +2,7 @@
 // on every 16-bit pattern, special floats and lengths that leave SIMD tails, at odd addresses.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -84,6 +85,47 @@ TEST(Convert, F32ToBf16RoundsToNearestEvenEveryIsa) {
         uint16_t got;
         std::memcpy(&got, out.data() + 1 + 2 * k, 2);
         ASSERT_EQ(got, dspark::f32_to_bf16(source[k])) << isa_name(isa) << " n " << n << " k " << k;
+      }
+    }
+  }
+}
+
+TEST(Convert, F32ToF16RoundsToNearestEvenAndSaturatesEveryIsa) {
+  std::mt19937 rng(6);
+  std::vector<float> values;
+  for (int k = 0; k < 200000; ++k) {
+    // Exponents around f16's range, where rounding, subnormals and saturation happen.
+    const uint32_t bits = (rng() & 0x807fffffu) | ((100u + rng() % 60u) << 23);
+    float value;
+    std::memcpy(&value, &bits, 4);
+    values.push_back(value);
+  }
+  // Ties (round to even both ways), the largest f16 and what rounds past it, infinities, NaNs,
+  // zeros, the f16 subnormal grid's ends, fp32 subnormals.
+  for (uint32_t bits :
+       {0x3f801000u, 0x3f803000u, 0x477fe000u, 0x477ff000u, 0x477fffffu, 0xc77ff000u, 0x7f800000u,
+        0xff800000u, 0x7fc00001u, 0xffffffffu, 0x00000000u, 0x80000000u, 0x33800000u, 0x33000000u,
+        0x33000001u, 0x387fc000u, 0x38800000u, 0x00000001u, 0x807fffffu}) {
+    float value;
+    std::memcpy(&value, &bits, 4);
+    values.push_back(value);
+  }
+  for (Isa isa : testing::supported_isas()) {
+    for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{17}, static_cast<int64_t>(values.size())}) {
+      std::vector<uint8_t> out(2 * n + 1);
+      const float* source = values.data() + values.size() - n;
+      cpu::kernel_table(isa).f32_to_f16(source, n, out.data() + 1);
+      for (int64_t k = 0; k < n; ++k) {
+        uint16_t got;
+        std::memcpy(&got, out.data() + 1 + 2 * k, 2);
+        const float value = source[k];
+        if (std::isnan(value)) {
+          ASSERT_TRUE(std::isnan(dspark::f16_to_f32(got))) << isa_name(isa) << " k " << k;
+          continue;
+        }
+        const float clamped = std::clamp(value, -cpu::kF16Max, cpu::kF16Max);
+        ASSERT_EQ(got, dspark::f32_to_f16(clamped))
+            << isa_name(isa) << " n " << n << " k " << k << " value " << value;
       }
     }
   }

@@ -4,13 +4,16 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <numeric>
 
 #include "../error_of.h"
 #include "base/error.h"
 #include "formats/model_store.h"
+#include "kernels/ops.h"
 #include "tiny_checkpoint.h"
 
 namespace dspark {
@@ -459,6 +462,44 @@ TEST(State, RestoreRefusesAnotherLayout) {
   EXPECT_NE(
       error_of([&] { llama->forward(&token, 1, state, {}, {}, out); }).find("not made by this"),
       std::string::npos);
+}
+
+// A model runs states of either KV cache type: an f16 state holds half the KV bytes, gives logits
+// close to an fp32 state's, keeps its type in snapshots and refuses the other type's.
+TEST(State, EitherKvCacheTypeRunsAndSnapshotsKeepTheirType) {
+  TinyCheckpoint checkpoint(1);
+  testing::fill_llama(checkpoint);
+  auto model = load_model(checkpoint.write());
+  kernels::set_kv_cache_type(kernels::KvType::f32);
+  ModelState wide = model->new_state();
+  kernels::set_kv_cache_type(kernels::KvType::f16);
+  ModelState half = model->new_state();
+  kernels::set_kv_cache_type(std::nullopt);
+  if (const char* chosen = std::getenv("DSPARK_KV_CACHE")) {
+    kernels::set_kv_cache_type(kernels::parse_kv_type(chosen, "DSPARK_KV_CACHE"));
+  }
+  ASSERT_EQ(wide.layout().kv_type, kernels::KvType::f32);
+  ASSERT_EQ(half.layout().kv_type, kernels::KvType::f16);
+  const std::vector<int32_t> tokens = token_run(40, 3);
+  const std::vector<float> wide_logits = logits_of(*model, wide, tokens);
+  const std::vector<float> half_logits = logits_of(*model, half, tokens);
+  ASSERT_EQ(wide_logits.size(), half_logits.size());
+  float largest = 0.0f, furthest = 0.0f;
+  for (size_t i = 0; i < wide_logits.size(); ++i) {
+    largest = std::max(largest, std::abs(wide_logits[i]));
+    furthest = std::max(furthest, std::abs(wide_logits[i] - half_logits[i]));
+  }
+  EXPECT_GT(furthest, 0.0f) << "the f16 state gave the fp32 state's logits: is it f16?";
+  EXPECT_LT(furthest, 0.01f * largest);
+  EXPECT_EQ(2 * (half.bytes()), wide.bytes());
+  const StateSnapshot snapshot = half.snapshot();
+  EXPECT_EQ(snapshot.kv_type, kernels::KvType::f16);
+  EXPECT_NE(error_of([&] { half.restore(wide.snapshot()); }).find("KV type"), std::string::npos);
+  ModelState again = model->new_state();
+  if (again.layout().kv_type == kernels::KvType::f16) {
+    again.restore(snapshot);
+    EXPECT_EQ(logits_of(*model, again, {5}), logits_of(*model, half, {5}));
+  }
 }
 
 }  // namespace

@@ -27,12 +27,14 @@ using testing::OracleDrafter;
 using testing::RandomDrafter;
 using testing::Storage;
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+template <typename T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
 }
 
 bool same_state(const StateSnapshot& a, const StateSnapshot& b) {
-  if (a.length != b.length || a.keys.size() != b.keys.size() || a.mamba.size() != b.mamba.size()) {
+  if (a.length != b.length || a.kv_type != b.kv_type || a.keys.size() != b.keys.size() ||
+      a.mamba.size() != b.mamba.size()) {
     return false;
   }
   for (size_t l = 0; l < a.keys.size(); ++l) {

@@ -41,6 +41,14 @@ void attend_block_ref(const AttentionBlock& block);
 void attend_block_avx2(const AttentionBlock& block);
 void attend_block_avx512(const AttentionBlock& block);
 
+// dst[r · dim + d] = the f16 value src[r · stride + d] widened to fp32 (exactly), for `rows` rows:
+// one kv head's keys or values of an f16 cache, packed for the block kernels.
+void widen_f16_rows_ref(const uint16_t* src, int64_t stride, int64_t rows, int64_t dim, float* dst);
+void widen_f16_rows_avx2(const uint16_t* src, int64_t stride, int64_t rows, int64_t dim,
+                         float* dst);
+void widen_f16_rows_avx512(const uint16_t* src, int64_t stride, int64_t rows, int64_t dim,
+                           float* dst);
+
 // The reduce16 tree of 16 lanes.
 inline float reduce16(const float* a) {
   float b[8], c[4];

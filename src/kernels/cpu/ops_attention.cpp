@@ -8,13 +8,16 @@
 // so a row's result is the same whatever the number of rows in the call, the thread count and
 // the ISA.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <vector>
 
 #include "base/error.h"
 #include "base/thread_pool.h"
 #include "kernels/cpu/attention_impl.h"
 #include "kernels/cpu/ops_common.h"
+#include "kernels/cpu/quant_impl.h"
 #include "kernels/ops.h"
 
 namespace dspark::kernels {
@@ -22,6 +25,7 @@ namespace {
 
 using cpu::kAttentionKeyBlock;
 using BlockKernel = void (*)(const cpu::AttentionBlock&);
+using WidenKernel = void (*)(const uint16_t*, int64_t, int64_t, int64_t, float*);
 
 BlockKernel block_kernel(Isa isa) {
   if (!isa_supported(isa)) {
@@ -40,7 +44,68 @@ BlockKernel block_kernel(Isa isa) {
   return cpu::attend_block_ref;
 }
 
+WidenKernel widen_kernel(Isa isa) {
+  switch (isa) {
+    case Isa::avx512vnni:
+    case Isa::avx512:
+      return cpu::widen_f16_rows_avx512;
+    case Isa::avxvnni:
+    case Isa::avx2:
+      return cpu::widen_f16_rows_avx2;
+    case Isa::scalar:
+      break;
+  }
+  return cpu::widen_f16_rows_ref;
+}
+
+// -2 until first use, -1 when the cache type follows the numerics, else a KvType.
+std::atomic<int> chosen_kv_type{-2};
+
+int kv_type_from_environment() {
+  const char* requested = std::getenv("DSPARK_KV_CACHE");
+  if (requested == nullptr || *requested == '\0') return -1;
+  return static_cast<int>(parse_kv_type(requested, "DSPARK_KV_CACHE"));
+}
+
 }  // namespace
+
+const char* kv_type_name(KvType type) {
+  return type == KvType::f16 ? "f16" : "f32";
+}
+
+KvType parse_kv_type(std::string_view name, const char* what) {
+  for (KvType type : {KvType::f16, KvType::f32}) {
+    if (name == kv_type_name(type)) return type;
+  }
+  fail("{}: KV cache type '{}' is not one of f16, f32", what, name);
+}
+
+int64_t kv_type_bytes(KvType type) {
+  return type == KvType::f16 ? 2 : 4;
+}
+
+KvType kv_cache_type() {
+  int value = chosen_kv_type.load(std::memory_order_relaxed);
+  if (value == -2) {
+    int unread = -2;
+    chosen_kv_type.compare_exchange_strong(unread, kv_type_from_environment());
+    value = chosen_kv_type.load(std::memory_order_relaxed);
+  }
+  if (value >= 0) return static_cast<KvType>(value);
+  return numerics() == Numerics::fp32 ? KvType::f32 : KvType::f16;
+}
+
+void set_kv_cache_type(std::optional<KvType> type) {
+  chosen_kv_type.store(type ? static_cast<int>(*type) : -1, std::memory_order_relaxed);
+}
+
+void store_kv(KvType type, const float* src, int64_t n, void* dst) {
+  if (type == KvType::f32) {
+    std::copy_n(src, n, static_cast<float*>(dst));
+    return;
+  }
+  cpu::kernel_table(best_isa()).f32_to_f16(src, n, static_cast<uint8_t*>(dst));
+}
 
 void causal_attention(const float* q, int64_t rows, int64_t q_heads, int64_t kv_heads,
                       int64_t head_dim, const float* keys, const float* values, int64_t past,
@@ -103,9 +168,29 @@ size_t segment_of(const std::vector<Segment>& segments, int64_t index, First fir
 
 }  // namespace
 
+namespace {
+
+// One kv head's keys and values of one key block of an f16 cache, widened to fp32 (exactly) and
+// packed head_dim apart. A thread keeps the last block it widened: its run of work items takes
+// the rows of a verify or prefill one after another over the same block.
+struct WidenedBlock {
+  int64_t call = -1;
+  const void* keys = nullptr;
+  int64_t kv = -1, block = -1;
+  std::vector<float> keys_f32, values_f32;
+};
+
+// Numbers the calls of causal_attention_batch_isa, so that a block widened in one call (one layer's
+// cache) is never taken for the same position of the next.
+std::atomic<int64_t> attention_calls{0};
+
+}  // namespace
+
 void causal_attention_batch_isa(Isa isa, const AttentionSequence* sequences, int64_t count,
                                 int64_t q_heads, int64_t kv_heads, int64_t head_dim, float scale) {
   const BlockKernel attend_block = block_kernel(isa);
+  const WidenKernel widen_f16 = widen_kernel(isa);
+  const int64_t call = attention_calls.fetch_add(1, std::memory_order_relaxed);
   const int64_t group = q_heads / kv_heads;
   const int64_t partial_size = group * (2 + head_dim);
   // Rows are taken in waves so that the partial results stay within kPartialBudget floats.
@@ -142,9 +227,35 @@ void causal_attention_batch_isa(Isa isa, const AttentionSequence* sequences, int
         const int64_t offset = begin * kv_heads * head_dim + kv * head_dim;
         cpu::AttentionBlock task;
         task.q = sequence.q + (r * q_heads + kv * group) * head_dim;
-        task.keys = sequence.keys + offset;
-        task.values = sequence.values + offset;
-        task.kv_stride = kv_heads * head_dim;
+        if (sequence.kv_type == KvType::f32) {
+          task.keys = static_cast<const float*>(sequence.keys) + offset;
+          task.values = static_cast<const float*>(sequence.values) + offset;
+          task.kv_stride = kv_heads * head_dim;
+        } else {
+          thread_local WidenedBlock widened;
+          if (widened.call != call || widened.keys != sequence.keys || widened.kv != kv ||
+              widened.block != block) {
+            // Every key of the call is in the cache: widen as many as any row reads.
+            const int64_t keys_in_block =
+                std::min(sequence.past + sequence.rows - begin, kAttentionKeyBlock);
+            const size_t size = kAttentionKeyBlock * head_dim;
+            if (widened.keys_f32.size() < size) {
+              widened.keys_f32.resize(size);
+              widened.values_f32.resize(size);
+            }
+            widen_f16(static_cast<const uint16_t*>(sequence.keys) + offset, kv_heads * head_dim,
+                      keys_in_block, head_dim, widened.keys_f32.data());
+            widen_f16(static_cast<const uint16_t*>(sequence.values) + offset, kv_heads * head_dim,
+                      keys_in_block, head_dim, widened.values_f32.data());
+            widened.call = call;
+            widened.keys = sequence.keys;
+            widened.kv = kv;
+            widened.block = block;
+          }
+          task.keys = widened.keys_f32.data();
+          task.values = widened.values_f32.data();
+          task.kv_stride = head_dim;
+        }
         task.count = std::min(n_keys - begin, kAttentionKeyBlock);
         task.group = group;
         task.head_dim = head_dim;

@@ -119,6 +119,9 @@ static inline TileValueSlots tile_value_slots(DType dtype, int row) {
   return {row, row + kTileValueRows};
 }
 
+// The largest finite f16 value.
+constexpr float kF16Max = 65504.0f;
+
 // Quantized activations are made and read in blocks of this many inputs.
 constexpr int64_t kInt8Block = 32;
 
@@ -138,6 +141,9 @@ struct KernelTable {
   void (*bf16_to_f32)(const uint8_t* src, int64_t n, float* dst);
   void (*f16_to_f32)(const uint8_t* src, int64_t n, float* dst);
   void (*f32_to_bf16)(const float* src, int64_t n, uint8_t* dst);
+  // Round to nearest even; finite values and infinities past ±65504 saturate there (a KV cache
+  // must not hold an infinity), NaN stays a NaN.
+  void (*f32_to_f16)(const float* src, int64_t n, uint8_t* dst);
   // Reads `bytes` bytes (a multiple of 256) as fast as the ISA allows; the result only defeats
   // dead-code elimination. Used by the read-bandwidth probe.
   uint64_t (*read_sweep)(const uint8_t* data, int64_t bytes);

@@ -150,4 +150,16 @@ void attend_block_avx2(const AttentionBlock& block) {
   }
 }
 
+void widen_f16_rows_avx2(const uint16_t* src, int64_t stride, int64_t rows, int64_t dim,
+                         float* dst) {
+  if (dim % 8 != 0) return widen_f16_rows_ref(src, stride, rows, dim, dst);
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint16_t* row = src + r * stride;
+    for (int64_t d = 0; d < dim; d += 8) {
+      _mm256_storeu_ps(dst + r * dim + d,
+                       _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + d))));
+    }
+  }
+}
+
 }  // namespace dspark::kernels::cpu

@@ -236,6 +236,22 @@ void f32_to_bf16_avx2(const float* src, int64_t n, uint8_t* dst) {
   }
 }
 
+void f32_to_f16_avx2(const float* src, int64_t n, uint8_t* dst) {
+  const __m256 low = _mm256_set1_ps(-kF16Max), high = _mm256_set1_ps(kF16Max);
+  auto convert = [&](__m256 values) {
+    return _mm256_cvtps_ph(_mm256_min_ps(high, _mm256_max_ps(low, values)),
+                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  };
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2 * k), convert(_mm256_loadu_ps(src + k)));
+  }
+  for (; k < n; ++k) {
+    const auto bits = static_cast<uint16_t>(_mm_extract_epi16(convert(_mm256_set1_ps(src[k])), 0));
+    std::memcpy(dst + 2 * k, &bits, 2);
+  }
+}
+
 uint64_t read_sweep_avx2(const uint8_t* data, int64_t bytes) {
   __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
   for (int64_t offset = 0; offset < bytes; offset += 128) {
@@ -256,10 +272,12 @@ uint64_t read_sweep_avx2(const uint8_t* data, int64_t bytes) {
 }  // namespace
 
 const KernelTable kAvx2Kernels = {
-    tiles::quant_rows<Avx2>, int8_rows_avx2,  quantize_activations_avx2, tiles::dense_rows<Avx2>,
-    bf16_to_f32_avx2,        f16_to_f32_avx2, f32_to_bf16_avx2,          read_sweep_avx2};
+    tiles::quant_rows<Avx2>, int8_rows_avx2,   quantize_activations_avx2,
+    tiles::dense_rows<Avx2>, bf16_to_f32_avx2, f16_to_f32_avx2,
+    f32_to_bf16_avx2,        f32_to_f16_avx2,  read_sweep_avx2};
 const KernelTable kAvxVnniKernels = {
-    tiles::quant_rows<Avx2>, int8_rows_avxvnni, quantize_activations_avx2, tiles::dense_rows<Avx2>,
-    bf16_to_f32_avx2,        f16_to_f32_avx2,   f32_to_bf16_avx2,          read_sweep_avx2};
+    tiles::quant_rows<Avx2>, int8_rows_avxvnni, quantize_activations_avx2,
+    tiles::dense_rows<Avx2>, bf16_to_f32_avx2,  f16_to_f32_avx2,
+    f32_to_bf16_avx2,        f32_to_f16_avx2,   read_sweep_avx2};
 
 }  // namespace dspark::kernels::cpu

@@ -142,4 +142,17 @@ void attend_block_avx512(const AttentionBlock& block) {
   }
 }
 
+void widen_f16_rows_avx512(const uint16_t* src, int64_t stride, int64_t rows, int64_t dim,
+                           float* dst) {
+  if (dim % 16 != 0) return widen_f16_rows_avx2(src, stride, rows, dim, dst);
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint16_t* row = src + r * stride;
+    for (int64_t d = 0; d < dim; d += 16) {
+      _mm512_storeu_ps(
+          dst + r * dim + d,
+          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + d))));
+    }
+  }
+}
+
 }  // namespace dspark::kernels::cpu

@@ -199,6 +199,22 @@ void f32_to_bf16_avx512(const float* src, int64_t n, uint8_t* dst) {
   }
 }
 
+void f32_to_f16_avx512(const float* src, int64_t n, uint8_t* dst) {
+  const __m512 low = _mm512_set1_ps(-kF16Max), high = _mm512_set1_ps(kF16Max);
+  auto convert = [&](__m512 values) {
+    return _mm512_cvtps_ph(_mm512_min_ps(high, _mm512_max_ps(low, values)),
+                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  };
+  int64_t k = 0;
+  for (; k + 16 <= n; k += 16) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 2 * k), convert(_mm512_loadu_ps(src + k)));
+  }
+  if (k < n) {
+    const __mmask16 mask = first_lanes(static_cast<int>(n - k));
+    _mm256_mask_storeu_epi16(dst + 2 * k, mask, convert(_mm512_maskz_loadu_ps(mask, src + k)));
+  }
+}
+
 uint64_t read_sweep_avx512(const uint8_t* data, int64_t bytes) {
   __m512i a = _mm512_setzero_si512(), b = a, c = a, d = a;
   for (int64_t offset = 0; offset < bytes; offset += 256) {
@@ -214,13 +230,13 @@ uint64_t read_sweep_avx512(const uint8_t* data, int64_t bytes) {
 }  // namespace
 
 // Without VNNI the int8 entries are the AVX2 kernels, which every AVX-512 CPU runs.
-const KernelTable kAvx512Kernels = {tiles::quant_rows<Avx512>, int8_rows_avx2,
-                                    quantize_activations_avx2, tiles::dense_rows<Avx512>,
-                                    bf16_to_f32_avx512,        f16_to_f32_avx512,
-                                    f32_to_bf16_avx512,        read_sweep_avx512};
-const KernelTable kAvx512VnniKernels = {tiles::quant_rows<Avx512>, int8_rows_avx512vnni,
-                                        quantize_activations_avx2, tiles::dense_rows<Avx512>,
-                                        bf16_to_f32_avx512,        f16_to_f32_avx512,
-                                        f32_to_bf16_avx512,        read_sweep_avx512};
+const KernelTable kAvx512Kernels = {
+    tiles::quant_rows<Avx512>, int8_rows_avx2,     quantize_activations_avx2,
+    tiles::dense_rows<Avx512>, bf16_to_f32_avx512, f16_to_f32_avx512,
+    f32_to_bf16_avx512,        f32_to_f16_avx512,  read_sweep_avx512};
+const KernelTable kAvx512VnniKernels = {
+    tiles::quant_rows<Avx512>, int8_rows_avx512vnni, quantize_activations_avx2,
+    tiles::dense_rows<Avx512>, bf16_to_f32_avx512,   f16_to_f32_avx512,
+    f32_to_bf16_avx512,        f32_to_f16_avx512,    read_sweep_avx512};
 
 }  // namespace dspark::kernels::cpu

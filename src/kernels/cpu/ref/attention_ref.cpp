@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "kernels/cpu/attention_impl.h"
+#include "tensor/dtype.h"
 
 namespace dspark::kernels::cpu {
 
@@ -33,6 +34,13 @@ void attend_block_ref(const AttentionBlock& block) {
       const float* value = block.values + j * block.kv_stride;
       for (int64_t d = 0; d < dim; ++d) acc[d] = std::fma(scores[j], value[d], acc[d]);
     }
+  }
+}
+
+void widen_f16_rows_ref(const uint16_t* src, int64_t stride, int64_t rows, int64_t dim,
+                        float* dst) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t d = 0; d < dim; ++d) dst[r * dim + d] = f16_to_f32(src[r * stride + d]);
   }
 }
 

@@ -171,6 +171,16 @@ void f32_to_bf16_ref(const float* src, int64_t n, uint8_t* dst) {
   }
 }
 
+void f32_to_f16_ref(const float* src, int64_t n, uint8_t* dst) {
+  for (int64_t k = 0; k < n; ++k) {
+    // The operand order of the SIMD min/max: a NaN passes through both.
+    const float above = -kF16Max > src[k] ? -kF16Max : src[k];
+    const float clamped = kF16Max < above ? kF16Max : above;
+    const uint16_t bits = dspark::f32_to_f16(clamped);
+    std::memcpy(dst + 2 * k, &bits, 2);
+  }
+}
+
 uint64_t read_sweep_ref(const uint8_t* data, int64_t bytes) {
   uint64_t sum = 0;
   for (int64_t offset = 0; offset < bytes; offset += 8) {
@@ -185,6 +195,6 @@ uint64_t read_sweep_ref(const uint8_t* data, int64_t bytes) {
 
 const KernelTable kRefKernels = {quant_rows,      int8_rows,       quantize_activations,
                                  dense_rows,      bf16_to_f32_ref, f16_to_f32_ref,
-                                 f32_to_bf16_ref, read_sweep_ref};
+                                 f32_to_bf16_ref, f32_to_f16_ref,  read_sweep_ref};
 
 }  // namespace dspark::kernels::cpu
