@@ -54,7 +54,7 @@ void BM_DecodeAttention(benchmark::State& state) {
 }
 BENCHMARK(BM_DecodeAttention)
     ->ArgNames({"context", "q_heads", "kv_heads", "dim", "kv_bits"})
-    ->ArgsProduct({{512, 2048, 8192, 32768}, {9}, {3}, {64}, {32, 16}})
+    ->ArgsProduct({{16, 128, 512, 2048, 8192, 32768}, {9}, {3}, {64}, {32, 16}})
     ->Args({2048, 16, 2, 128, 32})
     ->Args({32768, 16, 2, 128, 32})
     ->Args({32768, 16, 2, 128, 16})
