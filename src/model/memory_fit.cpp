@@ -26,7 +26,9 @@ MemoryEstimate estimate_memory(const Model& model, int64_t context) {
   MemoryEstimate estimate;
   estimate.mapped_bytes = model.checkpoint().total_bytes();
   estimate.per_token_bytes = model.decode_weight_bytes();
-  estimate.state_bytes = state_bytes(model.state_layout(), context);
+  const StateLayout layout = model.state_layout();
+  estimate.state_bytes = state_bytes(layout, context);
+  estimate.kv_type = layout.kv_type;
   estimate.scratch_bytes = kScratchBytes;
   estimate.context = context;
   return estimate;
@@ -42,11 +44,11 @@ MemoryVerdict judge_memory(const MemoryEstimate& estimate, int64_t total, int64_
     verdict.fit = MemoryFit::too_small;
   }
   verdict.summary = fmt::format(
-      "needs {:.1f} GB ({:.1f} GB of weights, {:.2f} GB read per token, {:.2f} GB of KV and SSM "
-      "state at {} tokens, {:.1f} GB scratch); {:.1f} GB available of {:.1f} GB",
+      "needs {:.1f} GB ({:.1f} GB of weights, {:.2f} GB read per token, {:.2f} GB of KV ({}) and "
+      "SSM state at {} tokens, {:.1f} GB scratch); {:.1f} GB available of {:.1f} GB",
       gb(estimate.working_set()), gb(estimate.mapped_bytes), gb(estimate.per_token_bytes),
-      gb(estimate.state_bytes), estimate.context, gb(estimate.scratch_bytes), gb(available),
-      gb(total));
+      gb(estimate.state_bytes), kernels::kv_type_name(estimate.kv_type), estimate.context,
+      gb(estimate.scratch_bytes), gb(available), gb(total));
   return verdict;
 }
 

@@ -15,7 +15,8 @@ struct MemoryEstimate {
   int64_t mapped_bytes = 0;     // every tensor of the checkpoint: what a long run pages in
   int64_t per_token_bytes = 0;  // weights one decode step reads (top_k experts per MoE layer)
   int64_t state_bytes = 0;      // KV caches at `context` tokens, conv windows and SSM states
-  int64_t scratch_bytes = 0;    // activations, logits, tokenizer and allocator slack
+  kernels::KvType kv_type = kernels::KvType::f32;
+  int64_t scratch_bytes = 0;  // activations, logits, tokenizer and allocator slack
   int64_t context = 0;
 
   // Resident once every weight has been read: MoE routing reaches every expert within a few
@@ -27,7 +28,8 @@ struct MemoryEstimate {
 
 // One sequence of `context` tokens on `model` (already opened: nothing read but the headers).
 MemoryEstimate estimate_memory(const Model& model, int64_t context);
-// fp32 KV rows, conv windows and SSM states of one sequence of `context` tokens.
+// KV rows (of the layout's KV type), fp32 conv windows and SSM states of one sequence of `context`
+// tokens.
 int64_t state_bytes(const StateLayout& layout, int64_t context);
 
 enum class MemoryFit {
