@@ -15,9 +15,9 @@ struct MemoryEstimate {
   int64_t mapped_bytes = 0;     // every tensor of the checkpoint: what a long run pages in
   int64_t per_token_bytes = 0;  // weights one decode step reads (top_k experts per MoE layer)
   int64_t state_bytes = 0;      // KV caches at `context` tokens, conv windows and SSM states
-  kernels::KvType kv_type = kernels::KvType::f32;
-  int64_t scratch_bytes = 0;  // activations, logits, tokenizer and allocator slack
+  int64_t scratch_bytes = 0;    // activations, logits, tokenizer and allocator slack
   int64_t context = 0;
+  kernels::KvType kv_type = kernels::KvType::f32;
 
   // Resident once every weight has been read: MoE routing reaches every expert within a few
   // hundred tokens, so this is what a conversation needs, not per_token_bytes.
