@@ -491,7 +491,7 @@ TEST(State, EitherKvCacheTypeRunsAndSnapshotsKeepTheirType) {
   }
   EXPECT_GT(furthest, 0.0f) << "the f16 state gave the fp32 state's logits: is it f16?";
   EXPECT_LT(furthest, 0.01f * largest);
-  EXPECT_EQ(2 * (half.bytes()), wide.bytes());
+  EXPECT_EQ(2 * half.bytes(), wide.bytes());
   const StateSnapshot snapshot = half.snapshot();
   EXPECT_EQ(snapshot.kv_type, kernels::KvType::f16);
   EXPECT_NE(error_of([&] { half.restore(wide.snapshot()); }).find("KV type"), std::string::npos);
