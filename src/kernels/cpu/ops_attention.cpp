@@ -27,35 +27,27 @@ using cpu::kAttentionKeyBlock;
 using BlockKernel = void (*)(const cpu::AttentionBlock&);
 using WidenKernel = void (*)(const uint16_t*, int64_t, int64_t, int64_t, float*);
 
-BlockKernel block_kernel(Isa isa) {
+// One ISA's attention kernels: the key block, and the widening of an f16 cache's rows.
+struct AttentionKernels {
+  BlockKernel attend_block;
+  WidenKernel widen_f16;
+};
+
+AttentionKernels attention_kernels(Isa isa) {
   if (!isa_supported(isa)) {
     fail("causal_attention: this CPU does not support the {} kernels", isa_name(isa));
   }
   switch (isa) {
     case Isa::avx512vnni:
     case Isa::avx512:
-      return cpu::attend_block_avx512;
+      return {cpu::attend_block_avx512, cpu::widen_f16_rows_avx512};
     case Isa::avxvnni:
     case Isa::avx2:
-      return cpu::attend_block_avx2;
+      return {cpu::attend_block_avx2, cpu::widen_f16_rows_avx2};
     case Isa::scalar:
       break;
   }
-  return cpu::attend_block_ref;
-}
-
-WidenKernel widen_kernel(Isa isa) {
-  switch (isa) {
-    case Isa::avx512vnni:
-    case Isa::avx512:
-      return cpu::widen_f16_rows_avx512;
-    case Isa::avxvnni:
-    case Isa::avx2:
-      return cpu::widen_f16_rows_avx2;
-    case Isa::scalar:
-      break;
-  }
-  return cpu::widen_f16_rows_ref;
+  return {cpu::attend_block_ref, cpu::widen_f16_rows_ref};
 }
 
 // -2 until first use, -1 when the cache type follows the numerics, else a KvType.
@@ -188,8 +180,7 @@ std::atomic<int64_t> attention_calls{0};
 
 void causal_attention_batch_isa(Isa isa, const AttentionSequence* sequences, int64_t count,
                                 int64_t q_heads, int64_t kv_heads, int64_t head_dim, float scale) {
-  const BlockKernel attend_block = block_kernel(isa);
-  const WidenKernel widen_f16 = widen_kernel(isa);
+  const auto [attend_block, widen_f16] = attention_kernels(isa);
   const int64_t call = attention_calls.fetch_add(1, std::memory_order_relaxed);
   const int64_t group = q_heads / kv_heads;
   const int64_t partial_size = group * (2 + head_dim);
@@ -330,7 +321,7 @@ void block_attention_isa(Isa isa, const BlockAttentionSpec& spec, const float* q
   if (spec.kv_heads <= 0 || spec.q_heads % spec.kv_heads != 0) {
     fail("block_attention: {} query heads cannot share {} key heads", spec.q_heads, spec.kv_heads);
   }
-  const BlockKernel attend_block = block_kernel(isa);
+  const BlockKernel attend_block = attention_kernels(isa).attend_block;
   const int64_t dim = spec.head_dim, group = spec.q_heads / spec.kv_heads;
   const int64_t stride = spec.kv_heads * dim, partial_size = group * (2 + dim);
   // Work item (row, kv head): its key runs (the context's in key blocks, then the block's own) one
