@@ -180,7 +180,9 @@ std::atomic<int64_t> attention_calls{0};
 
 void causal_attention_batch_isa(Isa isa, const AttentionSequence* sequences, int64_t count,
                                 int64_t q_heads, int64_t kv_heads, int64_t head_dim, float scale) {
-  const auto [attend_block, widen_f16] = attention_kernels(isa);
+  const AttentionKernels chosen = attention_kernels(isa);
+  const BlockKernel attend_block = chosen.attend_block;
+  const WidenKernel widen_f16 = chosen.widen_f16;
   const int64_t call = attention_calls.fetch_add(1, std::memory_order_relaxed);
   const int64_t group = q_heads / kv_heads;
   const int64_t partial_size = group * (2 + head_dim);
