@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/exp_block.h"
+#include "kernels/ops.h"
 
 namespace dspark::kernels::cpu {
 
@@ -25,9 +26,12 @@ namespace dspark::kernels::cpu {
 constexpr int64_t kAttentionKeyBlock = 256;
 
 struct AttentionBlock {
-  const float* q = nullptr;       // [group][head_dim], the group's query heads
-  const float* keys = nullptr;    // the block's first key; rows kv_stride floats apart
-  const float* values = nullptr;  // likewise
+  const float* q = nullptr;      // [group][head_dim], the group's query heads
+  const void* keys = nullptr;    // the block's first key; rows kv_stride elements apart
+  const void* values = nullptr;  // likewise
+  // The element type of keys and values. An f16 block is widened (exactly) as the kernel reads it,
+  // a tile of keys and a value row at a time, so its bits are those of the same values in fp32.
+  KvType kv_type = KvType::f32;
   int64_t kv_stride = 0;
   int64_t count = 0;  // keys in the block, 1..kAttentionKeyBlock
   int64_t group = 0;

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
+#include <vector>
 
 #include "kernels/cpu/attention_impl.h"
 #include "kernels/cpu/avx2/exp_block_avx2.h"
@@ -51,16 +53,37 @@ inline void dot_lanes4(const float* q, const float* const* key, int64_t dim, __m
   for (int i = 0; i < 4; ++i) b[i] = _mm256_add_ps(low[i], high[i]);
 }
 
+// 8 values of a key or value row as fp32.
+inline __m256 load8(const float* p) {
+  return _mm256_loadu_ps(p);
+}
+inline __m256 load8(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
 // Scores of every head of the group, a tile of 8 keys at a time (the tile stays in L1 while
-// each head reads it); keys past the block's end score -inf, up to a whole 16-key tile.
+// each head reads it; an f16 tile is widened once into `tile`, not once per head); keys past the
+// block's end score -inf, up to a whole 16-key tile.
+template <typename T>
 void block_scores(const AttentionBlock& block) {
   const int64_t dim = block.head_dim, count = block.count;
   const __m256 scale = _mm256_set1_ps(block.scale), minus_infinity = _mm256_set1_ps(-INFINITY);
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const T* keys = static_cast<const T*>(block.keys);
+  thread_local std::vector<float> tile;
+  if constexpr (std::is_same_v<T, uint16_t>) {
+    if (tile.size() < static_cast<size_t>(8 * dim)) tile.resize(8 * dim);
+  }
   for (int64_t first = 0; first < count; first += 8) {
     const float* key[8];
-    for (int i = 0; i < 8; ++i) {
-      key[i] = block.keys + std::min(first + i, count - 1) * block.kv_stride;
+    const int64_t in_tile = std::min<int64_t>(8, count - first);
+    if constexpr (std::is_same_v<T, float>) {
+      for (int i = 0; i < 8; ++i)
+        key[i] = keys + (first + std::min<int64_t>(i, in_tile - 1)) * block.kv_stride;
+    } else {
+      widen_f16_rows_avx2(keys + first * block.kv_stride, block.kv_stride, in_tile, dim,
+                          tile.data());
+      for (int i = 0; i < 8; ++i) key[i] = tile.data() + std::min<int64_t>(i, in_tile - 1) * dim;
     }
     const __m256 valid = _mm256_castsi256_ps(
         _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count - first)), lane));
@@ -82,7 +105,7 @@ void block_scores(const AttentionBlock& block) {
 }
 
 // acc[g][c] for NG heads and NC 8-float chunks starting at d0.
-template <int NG, int NC>
+template <typename T, int NG, int NC>
 void accumulate_values(const AttentionBlock& block, int64_t g0, int64_t d0) {
   __m256 acc[NG][NC];
   for (int g = 0; g < NG; ++g) {
@@ -90,9 +113,9 @@ void accumulate_values(const AttentionBlock& block, int64_t g0, int64_t d0) {
   }
   const float* p = block.scores + g0 * kAttentionKeyBlock;
   for (int64_t j = 0; j < block.count; ++j) {
-    const float* value = block.values + j * block.kv_stride + d0;
+    const T* value = static_cast<const T*>(block.values) + j * block.kv_stride + d0;
     __m256 v[NC];
-    for (int c = 0; c < NC; ++c) v[c] = _mm256_loadu_ps(value + 8 * c);
+    for (int c = 0; c < NC; ++c) v[c] = load8(value + 8 * c);
     for (int g = 0; g < NG; ++g) {
       const __m256 w = _mm256_set1_ps(p[g * kAttentionKeyBlock + j]);
       for (int c = 0; c < NC; ++c) acc[g][c] = _mm256_fmadd_ps(w, v[c], acc[g][c]);
@@ -104,21 +127,19 @@ void accumulate_values(const AttentionBlock& block, int64_t g0, int64_t d0) {
   }
 }
 
-template <int NG>
+template <typename T, int NG>
 void accumulate_heads(const AttentionBlock& block, int64_t g0) {
   const int64_t chunks = block.head_dim / 8;  // even: head_dim is a multiple of 16
   int64_t c = 0;
-  for (; c + 4 <= chunks; c += 4) accumulate_values<NG, 4>(block, g0, 8 * c);
-  if (c < chunks) accumulate_values<NG, 2>(block, g0, 8 * c);
+  for (; c + 4 <= chunks; c += 4) accumulate_values<T, NG, 4>(block, g0, 8 * c);
+  if (c < chunks) accumulate_values<T, NG, 2>(block, g0, 8 * c);
 }
 
-}  // namespace
-
-void attend_block_avx2(const AttentionBlock& block) {
+template <typename T>
+void attend_block(const AttentionBlock& block) {
   const int64_t dim = block.head_dim;
-  if (dim % 16 != 0) return attend_block_ref(block);
   const int64_t padded = (block.count + 15) / 16 * 16;
-  block_scores(block);
+  block_scores<T>(block);
   for (int64_t g = 0; g < block.group; ++g) {
     float* scores = block.scores + g * kAttentionKeyBlock;
     __m256 peak = _mm256_set1_ps(-INFINITY);
@@ -141,13 +162,21 @@ void attend_block_avx2(const AttentionBlock& block) {
     partial[1] = reduce16_lanes(sum_low, sum_high);
   }
   int64_t g = 0;
-  for (; g + 3 <= block.group; g += 3) accumulate_heads<3>(block, g);
+  for (; g + 3 <= block.group; g += 3) accumulate_heads<T, 3>(block, g);
   switch (block.group - g) {
     case 2:
-      return accumulate_heads<2>(block, g);
+      return accumulate_heads<T, 2>(block, g);
     case 1:
-      return accumulate_heads<1>(block, g);
+      return accumulate_heads<T, 1>(block, g);
   }
+}
+
+}  // namespace
+
+void attend_block_avx2(const AttentionBlock& block) {
+  if (block.head_dim % 16 != 0) return attend_block_ref(block);
+  if (block.kv_type == KvType::f16) return attend_block<uint16_t>(block);
+  attend_block<float>(block);
 }
 
 void widen_f16_rows_avx2(const uint16_t* src, int64_t stride, int64_t rows, int64_t dim,

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
+#include <vector>
 
 #include "kernels/cpu/attention_impl.h"
 #include "kernels/cpu/avx512/exp_block_avx512.h"
@@ -41,15 +43,36 @@ inline float reduce16_lanes(__m512 a) {
   return _mm_cvtss_f32(_mm_add_ss(d, _mm_movehdup_ps(d)));
 }
 
+// 16 values of a key or value row as fp32.
+inline __m512 load16(const float* p) {
+  return _mm512_loadu_ps(p);
+}
+inline __m512 load16(const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
 // Scores of every head of the group, a tile of 16 keys at a time (the tile stays in L1 while
-// each head reads it); keys past the block's end score -inf.
+// each head reads it; an f16 tile is widened once into `tile`, not once per head); keys past the
+// block's end score -inf.
+template <typename T>
 void block_scores(const AttentionBlock& block) {
   const int64_t dim = block.head_dim, count = block.count;
   const __m512 scale = _mm512_set1_ps(block.scale), minus_infinity = _mm512_set1_ps(-INFINITY);
+  const T* keys = static_cast<const T*>(block.keys);
+  thread_local std::vector<float> tile;
+  if constexpr (std::is_same_v<T, uint16_t>) {
+    if (tile.size() < static_cast<size_t>(16 * dim)) tile.resize(16 * dim);
+  }
   for (int64_t first = 0; first < count; first += 16) {
     const float* key[16];
-    for (int i = 0; i < 16; ++i) {
-      key[i] = block.keys + std::min(first + i, count - 1) * block.kv_stride;
+    const int64_t in_tile = std::min<int64_t>(16, count - first);
+    if constexpr (std::is_same_v<T, float>) {
+      for (int i = 0; i < 16; ++i)
+        key[i] = keys + (first + std::min<int64_t>(i, in_tile - 1)) * block.kv_stride;
+    } else {
+      widen_f16_rows_avx512(keys + first * block.kv_stride, block.kv_stride, in_tile, dim,
+                            tile.data());
+      for (int i = 0; i < 16; ++i) key[i] = tile.data() + std::min<int64_t>(i, in_tile - 1) * dim;
     }
     const __mmask16 valid =
         static_cast<__mmask16>(count - first >= 16 ? 0xffff : (1u << (count - first)) - 1);
@@ -70,7 +93,7 @@ void block_scores(const AttentionBlock& block) {
 }
 
 // acc[g][c] for NG heads and NC 16-float chunks starting at d0.
-template <int NG, int NC>
+template <typename T, int NG, int NC>
 void accumulate_values(const AttentionBlock& block, int64_t g0, int64_t d0) {
   __m512 acc[NG][NC];
   for (int g = 0; g < NG; ++g) {
@@ -78,9 +101,9 @@ void accumulate_values(const AttentionBlock& block, int64_t g0, int64_t d0) {
   }
   const float* p = block.scores + g0 * kAttentionKeyBlock;
   for (int64_t j = 0; j < block.count; ++j) {
-    const float* value = block.values + j * block.kv_stride + d0;
+    const T* value = static_cast<const T*>(block.values) + j * block.kv_stride + d0;
     __m512 v[NC];
-    for (int c = 0; c < NC; ++c) v[c] = _mm512_loadu_ps(value + 16 * c);
+    for (int c = 0; c < NC; ++c) v[c] = load16(value + 16 * c);
     for (int g = 0; g < NG; ++g) {
       const __m512 w = _mm512_set1_ps(p[g * kAttentionKeyBlock + j]);
       for (int c = 0; c < NC; ++c) acc[g][c] = _mm512_fmadd_ps(w, v[c], acc[g][c]);
@@ -92,28 +115,26 @@ void accumulate_values(const AttentionBlock& block, int64_t g0, int64_t d0) {
   }
 }
 
-template <int NG>
+template <typename T, int NG>
 void accumulate_heads(const AttentionBlock& block, int64_t g0) {
   const int64_t chunks = block.head_dim / 16;
   int64_t c = 0;
-  for (; c + 4 <= chunks; c += 4) accumulate_values<NG, 4>(block, g0, 16 * c);
+  for (; c + 4 <= chunks; c += 4) accumulate_values<T, NG, 4>(block, g0, 16 * c);
   switch (chunks - c) {
     case 3:
-      return accumulate_values<NG, 3>(block, g0, 16 * c);
+      return accumulate_values<T, NG, 3>(block, g0, 16 * c);
     case 2:
-      return accumulate_values<NG, 2>(block, g0, 16 * c);
+      return accumulate_values<T, NG, 2>(block, g0, 16 * c);
     case 1:
-      return accumulate_values<NG, 1>(block, g0, 16 * c);
+      return accumulate_values<T, NG, 1>(block, g0, 16 * c);
   }
 }
 
-}  // namespace
-
-void attend_block_avx512(const AttentionBlock& block) {
+template <typename T>
+void attend_block(const AttentionBlock& block) {
   const int64_t dim = block.head_dim;
-  if (dim % 16 != 0) return attend_block_ref(block);
   const int64_t padded = (block.count + 15) / 16 * 16;
-  block_scores(block);
+  block_scores<T>(block);
   for (int64_t g = 0; g < block.group; ++g) {
     float* scores = block.scores + g * kAttentionKeyBlock;
     __m512 peak = _mm512_set1_ps(-INFINITY);
@@ -131,15 +152,23 @@ void attend_block_avx512(const AttentionBlock& block) {
     partial[1] = reduce16_lanes(sum);
   }
   int64_t g = 0;
-  for (; g + 4 <= block.group; g += 4) accumulate_heads<4>(block, g);
+  for (; g + 4 <= block.group; g += 4) accumulate_heads<T, 4>(block, g);
   switch (block.group - g) {
     case 3:
-      return accumulate_heads<3>(block, g);
+      return accumulate_heads<T, 3>(block, g);
     case 2:
-      return accumulate_heads<2>(block, g);
+      return accumulate_heads<T, 2>(block, g);
     case 1:
-      return accumulate_heads<1>(block, g);
+      return accumulate_heads<T, 1>(block, g);
   }
+}
+
+}  // namespace
+
+void attend_block_avx512(const AttentionBlock& block) {
+  if (block.head_dim % 16 != 0) return attend_block_ref(block);
+  if (block.kv_type == KvType::f16) return attend_block<uint16_t>(block);
+  attend_block<float>(block);
 }
 
 void widen_f16_rows_avx512(const uint16_t* src, int64_t stride, int64_t rows, int64_t dim,

@@ -1,19 +1,34 @@
 // The reference attention block: the order of kernels/cpu/attention_impl.h, one value at a time.
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "kernels/cpu/attention_impl.h"
 #include "tensor/dtype.h"
 
 namespace dspark::kernels::cpu {
 
+namespace {
+
+// Row j of the block's keys or values as fp32: in place, or widened into `row`.
+const float* kv_row(const AttentionBlock& block, const void* base, int64_t j,
+                    std::vector<float>& row) {
+  if (block.kv_type == KvType::f32) return static_cast<const float*>(base) + j * block.kv_stride;
+  widen_f16_rows_ref(static_cast<const uint16_t*>(base) + j * block.kv_stride, 0, 1, block.head_dim,
+                     row.data());
+  return row.data();
+}
+
+}  // namespace
+
 void attend_block_ref(const AttentionBlock& block) {
   const int64_t dim = block.head_dim, count = block.count;
+  std::vector<float> row(block.kv_type == KvType::f16 ? dim : 0);
   for (int64_t g = 0; g < block.group; ++g) {
     const float* q = block.q + g * dim;
     float* scores = block.scores + g * kAttentionKeyBlock;
     for (int64_t j = 0; j < count; ++j) {
-      const float* key = block.keys + j * block.kv_stride;
+      const float* key = kv_row(block, block.keys, j, row);
       float lanes[16] = {};
       for (int64_t d = 0; d < dim; ++d) lanes[d % 16] = std::fma(q[d], key[d], lanes[d % 16]);
       scores[j] = reduce16(lanes) * block.scale;
@@ -31,7 +46,7 @@ void attend_block_ref(const AttentionBlock& block) {
     float* acc = partial + 2;
     std::fill_n(acc, dim, 0.0f);
     for (int64_t j = 0; j < count; ++j) {
-      const float* value = block.values + j * block.kv_stride;
+      const float* value = kv_row(block, block.values, j, row);
       for (int64_t d = 0; d < dim; ++d) acc[d] = std::fma(scores[j], value[d], acc[d]);
     }
   }
@@ -40,7 +55,7 @@ void attend_block_ref(const AttentionBlock& block) {
 void widen_f16_rows_ref(const uint16_t* src, int64_t stride, int64_t rows, int64_t dim,
                         float* dst) {
   for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t d = 0; d < dim; ++d) dst[r * dim + d] = f16_to_f32(src[r * stride + d]);
+    for (int64_t d = 0; d < dim; ++d) dst[r * dim + d] = dspark::f16_to_f32(src[r * stride + d]);
   }
 }
 
