@@ -23,7 +23,9 @@ const float* kv_row(const AttentionBlock& block, const void* base, int64_t j,
 
 void attend_block_ref(const AttentionBlock& block) {
   const int64_t dim = block.head_dim, count = block.count;
-  std::vector<float> row(block.kv_type == KvType::f16 ? dim : 0);
+  // One row widened at a time; kept per thread, as the SIMD kernels keep their key tile.
+  thread_local std::vector<float> row;
+  if (block.kv_type == KvType::f16 && row.size() < static_cast<size_t>(dim)) row.resize(dim);
   for (int64_t g = 0; g < block.group; ++g) {
     const float* q = block.q + g * dim;
     float* scores = block.scores + g * kAttentionKeyBlock;
