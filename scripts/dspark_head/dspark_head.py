@@ -60,7 +60,7 @@ def rope(x, positions, theta):
     """Non-interleaved (half-split) RoPE over the last dimension; x [..., rows, heads, hd],
     positions [..., rows]."""
     hd = x.shape[-1]
-    inv_freq = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+    inv_freq = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.float64, device=x.device) / hd))
     angles = positions.to(torch.float64)[..., None] * inv_freq
     cos = torch.cos(angles).to(x.dtype)[..., None, :]
     sin = torch.sin(angles).to(x.dtype)[..., None, :]
@@ -136,7 +136,7 @@ class DSparkHead(torch.nn.Module):
         c = self.config
         eps, hd, kv = c["rms_norm_eps"], c["head_dim"], c["num_key_value_heads"]
         fused = rms_norm(taps @ self.fc.T, self.hidden_norm, eps)
-        positions = torch.arange(taps.shape[0])
+        positions = torch.arange(taps.shape[0], device=taps.device)
         out = []
         for layer in self.layers:
             k = rms_norm((fused @ layer.k_proj.T).view(-1, kv, hd), layer.k_norm, eps)
@@ -151,12 +151,12 @@ class DSparkHead(torch.nn.Module):
         eps, hd = c["rms_norm_eps"], c["head_dim"]
         heads, kv = c["num_attention_heads"], c["num_key_value_heads"]
         N, W = anchors.shape[0], BLOCK_SIZE
-        tokens = torch.full((N, W), MASK_TOKEN_ID, dtype=torch.long)
+        tokens = torch.full((N, W), MASK_TOKEN_ID, dtype=torch.long, device=anchors.device)
         tokens[:, 0] = anchor_tokens
         x = self.embedding[tokens]
-        positions = anchors[:, None] + torch.arange(W)[None, :]
+        positions = anchors[:, None] + torch.arange(W, device=anchors.device)[None, :]
         T = context[0][0].shape[0]
-        visible = torch.arange(T)[None, :] < anchors[:, None]  # [N, T]
+        visible = torch.arange(T, device=anchors.device)[None, :] < anchors[:, None]  # [N, T]
         ctx_bias = torch.where(visible, 0.0, float("-inf"))[:, None, None, :]
         group = heads // kv
         for layer, (ctx_k, ctx_v) in zip(self.layers, context):
@@ -232,7 +232,8 @@ class DSparkHead(torch.nn.Module):
         (no embed_tokens, no lm_head: the target's are used, §11.9)."""
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
-        tensors = {k: v.detach().to(dtype).contiguous() for k, v in self.named_tensors().items()}
+        tensors = {k: v.detach().to(dtype).cpu().contiguous()
+                   for k, v in self.named_tensors().items()}
         save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "mlx"})
         (out_dir / "config.json").write_text(json.dumps(self.config, indent=2) + "\n")
 

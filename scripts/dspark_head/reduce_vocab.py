@@ -2,11 +2,12 @@
 """A trained full-vocabulary DSpark head narrowed to a draft vocabulary (docs/training.md,
 "The draft vocabulary"; docs/speculative.md §11.1 `draft_vocab_size` + `d2t`).
 
-    reduce_vocab.py HEAD_DIR DATA_DIR OUT_DIR --size N [--json STATS]
+    reduce_vocab.py HEAD_DIR DATA OUT_DIR --size N [--json STATS]
 
 The head drafts only the N target tokens that carry the most of the target's next-token
-probability over the answers of DATA_DIR's shards (make_dataset.py output; the train split: the
-held-out split must stay unseen). Each token's mass is the sum, over every answer position, of
+probability over the training answers: DATA is a directory of make_dataset.py's shards (the
+train split: the held-out split must stay unseen) or the vocab-mass.npz that distill.py train
+accumulated over the sequences it drew. Each token's mass is the sum, over every answer position, of
 the target's top-k probability for it: the expected count of that token at T = 1, which also
 ranks the greedy argmax chain's tokens. Ties break on the lower id, so the subset depends only
 on the data.
@@ -52,7 +53,9 @@ def token_mass(sequences, vocab):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("head_dir", type=Path)
-    parser.add_argument("data_dir", type=Path, help="make_dataset.py shards of the train split")
+    parser.add_argument("data", type=Path,
+                        help="make_dataset.py shards of the train split, or distill.py's "
+                             "vocab-mass.npz")
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--size", type=int, required=True, help="draft vocabulary size N")
     parser.add_argument("--model", type=Path, default=MODEL)
@@ -65,17 +68,20 @@ def main():
         parser.error(f"{args.head_dir} already has a reduced vocabulary")
     if not 0 < args.size < vocab:
         parser.error(f"--size must be in 1..{vocab - 1}")
-    sequences = dspark_head.read_shards(args.data_dir)
-    if not sequences:
-        parser.error(f"{args.data_dir} holds no shard-*.json")
-
-    mass, answers = token_mass(sequences, vocab)
+    if args.data.suffix == ".npz":
+        saved = np.load(args.data)
+        mass, answers, sequences = saved["mass"], saved["answers"], int(saved["sequences"])
+    else:
+        shards = dspark_head.read_shards(args.data)
+        if not shards:
+            parser.error(f"{args.data} holds no shard-*.json")
+        (mass, answers), sequences = token_mass(shards, vocab), len(shards)
     order = np.lexsort((np.arange(vocab), -mass))  # most mass first, then the lower id
     chosen = np.sort(order[:args.size])
     stats = {
         "size": args.size,
         "vocab": vocab,
-        "sequences": len(sequences),
+        "sequences": sequences,
         "answer_tokens": int(answers.sum()),
         "answer_tokens_covered": float(answers[chosen].sum() / answers.sum()),
         "probability_mass_covered": float(mass[chosen].sum() / mass.sum()),
