@@ -21,11 +21,14 @@ def fmt_speedups(run, suites):
 def cap_label(run):
     if run["mode"] == "baseline":
         return "–"
-    if run["cap_choice"] == "auto":
-        return f"auto (from {run['cap']})"
-    if run["cap_choice"] == "derived":
-        return f"{run['cap']} (derived)"
-    return str(run["cap"])
+    choice = run["cap_choice"]
+    lookup = " + lookup" if choice.endswith("+lookup") else ""
+    choice = choice.removesuffix("+lookup")
+    if choice == "auto":
+        return f"auto (from {run['cap']}){lookup}"
+    if choice.startswith("derived"):
+        return f"{run['cap']} ({choice}){lookup}"
+    return f"{run['cap']}{lookup}"
 
 
 def table(results):

@@ -180,12 +180,24 @@ ModelDrafter load_model_drafter(const Model& model, const std::string& mode,
 std::vector<Arm> drafter_arms(const std::string& mode_name, const ModelDrafter& drafter,
                               const std::vector<std::string>& caps, const CostCurves& curves) {
   std::vector<Arm> arms;
-  for (const std::string& cap : caps) {
-    Arm arm{fmt::format("{} cap={}", mode_name, cap), DecodeSetup{}, cap};
+  for (const std::string& choice : caps) {
+    // "<cap>+lookup": the same cap with the --lookup-drafts pre-step, priced as generate and serve
+    // price it (the verify curve with free drafting).
+    constexpr std::string_view kLookupSuffix = "+lookup";
+    const bool with_lookup = choice.ends_with(kLookupSuffix);
+    const std::string cap =
+        with_lookup ? choice.substr(0, choice.size() - kLookupSuffix.size()) : choice;
+    Arm arm{fmt::format("{} cap={}", mode_name, choice), DecodeSetup{}, choice};
     arm.setup.options.mode = drafter.mode;
     arm.setup.drafter = drafter.factory;
     arm.setup.cap_policy =
         make_cap_policy_factory(curves, kMaxCap, drafter.mode == DecodeMode::dspark);
+    if (with_lookup) {
+      CostCurves lookup_curves = curves;
+      lookup_curves.drafter_ms.clear();
+      arm.setup.options.lookup_drafts = true;
+      arm.setup.lookup_cap_policy = make_lookup_cap_policy_factory(std::move(lookup_curves));
+    }
     if (cap == "auto") {
       arm.setup.options.auto_cap = true;
     } else if (cap == "derived-all") {
@@ -195,9 +207,14 @@ std::vector<Arm> drafter_arms(const std::string& mode_name, const ModelDrafter& 
       try {
         arm.setup.options.max_draft = std::stoi(cap);
       } catch (const std::exception&) {
-        fail("--caps takes numbers, 'auto', 'derived' or 'derived-all', not '{}'", cap);
+        fail(
+            "--caps takes numbers, 'auto', 'derived' or 'derived-all' (each optionally with "
+            "'+lookup'), not '{}'",
+            choice);
       }
-      if (*arm.setup.options.max_draft < 1) fail("--caps values must be at least 1, not {}", cap);
+      if (*arm.setup.options.max_draft < 1) {
+        fail("--caps values must be at least 1, not {}", choice);
+      }
     }
     arms.push_back(std::move(arm));
   }
@@ -495,7 +512,7 @@ void run_benchmark(const BenchmarkOptions& options) {
       LoadRun load;
       load.arm = arm.label;
       load.sequences = sequences;
-      if (arm.cap_choice == "derived" || arm.cap_choice == "derived-all") {
+      if (arm.cap_choice.starts_with("derived")) {
         load.derived_cap = derive_cap(report.calibration_for(arm.setup.options.mode).curves,
                                       kMaxCap, kDerivedCapPrior, 512, sequences);
       }
@@ -555,7 +572,8 @@ void add_benchmark_command(CLI::App& app) {
   command
       ->add_option("--caps", options->caps,
                    "Comma list of caps and/or 'auto', 'derived' (with the confidence schedule), "
-                   "'derived-all' (without) for dspark / dflash rows")
+                   "'derived-all' (without) for dspark / dflash rows; '+lookup' after one adds "
+                   "the --lookup-drafts pre-step (e.g. derived+lookup)")
       ->capture_default_str();
   command->add_option("--suites", options->suites, "Comma list of prompt suites")
       ->capture_default_str();

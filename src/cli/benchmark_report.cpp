@@ -192,6 +192,7 @@ nlohmann::json report_json(const BenchmarkReport& report) {
     run["drafted"] = arm.totals.drafted;
     run["accepted"] = arm.totals.accepted;
     run["unverified"] = arm.totals.unverified;
+    run["lookup_rounds"] = arm.totals.lookup_rounds;  // rounds the +lookup pre-step drafted
     const CostCurves& curves = report.calibration_for(arm.mode).curves;
     if (arm.mode != DecodeMode::baseline && !curves.empty()) {
       run["derived_cap_measured"] =

@@ -39,7 +39,7 @@ struct PromptResult {
 struct ArmResult {
   std::string label;  // "baseline", "lookup", "dspark cap=2", "dspark cap=auto"
   DecodeMode mode = DecodeMode::baseline;
-  std::string cap_choice;  // "", a number, "auto" or "derived"
+  std::string cap_choice;  // "", a number, "auto", "derived" or "derived-all", maybe + "+lookup"
   int cap = 0;             // the cap the arm started with
   std::vector<PromptResult> prompts;
   SpeculativeStats totals;  // summed over every generation of the arm

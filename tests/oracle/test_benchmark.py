@@ -11,6 +11,7 @@ import statistics
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
@@ -189,13 +190,16 @@ def test_concurrency_sweep_batches_and_stays_lossless(tiny_nemotron, tmp_path):
     """--concurrency 1,2,4 runs every arm with that many generations at once through shared
     steps: every generation equals plain decoding of its prompt, the steps carry several
     sequences, the derived cap falls (or holds) as load rises, and the second chart draws one
-    line per arm. A --plot name without .svg gets it."""
+    line per arm. A --plot name without .svg gets it. A cap with '+lookup' (the --lookup-drafts
+    pre-step) stays lossless under load too."""
     result = run_benchmark(tiny_nemotron, tmp_path, tmp_path / "cache", [
         "--concurrency", "1,2,4",
         "--json", str(tmp_path / "load.json"), "--plot", str(tmp_path / "load")],
-        caps="derived,2", trials=1)
+        caps="derived,2+lookup", trials=1)
     loads = json.loads((tmp_path / "load.json").read_text())["concurrency"]
-    arms = ["baseline", "dspark cap=derived", "dspark cap=2", "lookup"]
+    arms = ["baseline", "dspark cap=derived", "dspark cap=2+lookup", "lookup"]
+    runs = {run["run"]: run for run in json.loads((tmp_path / "load.json").read_text())["runs"]}
+    assert runs["dspark cap=2+lookup"]["cap_choice"] == "2+lookup"
     assert [(entry["sequences"], entry["run"]) for entry in loads] == \
         [(n, arm) for n in (1, 2, 4) for arm in arms]
     for entry in loads:
@@ -233,3 +237,25 @@ def test_concurrency_sweep_batches_and_stays_lossless(tiny_nemotron, tmp_path):
         [3] * len(arms) + [len(target_curve)]
     assert len(groups["drafts"]) == len(arms) - 1
     assert all(len(line.get("points").split()) == 3 for line in groups["drafts"])
+
+
+def test_lookup_prestep_arm_on_the_default_model(tmp_path):
+    """`--caps derived+lookup` runs the DSpark head with the --lookup-drafts pre-step: on an edit
+    prompt (the answer copies the prompt's text) some rounds verify lookup drafts, which the JSON
+    counts, the arm without the suffix has none, and both equal plain decoding."""
+    model = Path(os.environ.get("DSPARK_MODELS_DIR", Path.home() / ".cache/dspark/models")) / \
+        "SmolLM2-135M-Instruct"
+    head = SOURCE_DIR / "data" / "dspark_head" / "SmolLM2-135M-Instruct-DSpark"
+    subprocess.run([
+        str(BUILD_DIR / "dspark"), "benchmark", "--model", str(model), "--drafter", str(head),
+        "--modes", "dspark", "--caps", "derived,derived+lookup", "--suites", "edit",
+        "--prompts-per-suite", "1", "--trials", "1", "--max-new-tokens", "64", "--threads", "2",
+        "--prompts", str(SOURCE_DIR / "bench" / "prompts"), "--json", str(tmp_path / "out.json")],
+        check=True, capture_output=True, text=True, timeout=600,
+        env=dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache")))
+    runs = {run["run"]: run for run in json.loads((tmp_path / "out.json").read_text())["runs"]}
+    hybrid, alone = runs["dspark cap=derived+lookup"], runs["dspark cap=derived"]
+    assert hybrid["cap_choice"] == "derived+lookup"
+    assert 0 < hybrid["lookup_rounds"] <= hybrid["rounds"]
+    assert alone["lookup_rounds"] == 0
+    assert hybrid["matches_plain"] and alone["matches_plain"]
