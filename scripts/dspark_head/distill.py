@@ -396,9 +396,7 @@ def command_train(args):
             anchors = train.sample_anchors(view, args.anchors, rng, args.prompt_share)
             out = train.block_losses(head, rows.blocks(s, anchors), args.gamma, args.ce_alpha,
                                      args.l1_alpha)
-            (out["loss"] / args.sequences_per_step).backward()
-            for key in ("loss", "ce", "l1", "bce"):
-                sums[key] = sums.get(key, 0.0) + out[key].detach() / args.sequences_per_step
+            train.backward_share(out, args.sequences_per_step, sums)
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
         optimizer.step()
         step += 1
@@ -457,23 +455,11 @@ def main():
     p = sub.add_parser("train")
     p.add_argument("generated", type=Path)
     p.add_argument("run_dir", type=Path)
-    p.add_argument("--taps", default="1,9,17,25,28")
-    p.add_argument("--layers", type=int, default=1)
-    p.add_argument("--markov-rank", type=int, default=64)
     p.add_argument("--steps", type=int, default=0, help="0: as many as --minutes allows")
     p.add_argument("--minutes", type=float, default=5.0)
     p.add_argument("--probe-steps", type=int, default=30)
-    p.add_argument("--sequences-per-step", type=int, default=16)
-    p.add_argument("--anchors", type=int, default=48)
-    p.add_argument("--prompt-share", type=float, default=0.25)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--warmup", type=int, default=100)
-    p.add_argument("--gamma", type=float, default=4.0)
-    p.add_argument("--ce-alpha", type=float, default=1.0)
-    p.add_argument("--l1-alpha", type=float, default=0.9)
-    p.add_argument("--max-rows", type=int, default=768)
-    p.add_argument("--eval-every", type=int, default=500)
-    p.add_argument("--seed", type=int, default=43)
+    train.add_training_arguments(p, taps="1,9,17,25,28", sequences_per_step=16, anchors=48,
+                                 warmup=100, eval_every=500, seed=43)
     args = parser.parse_args()
     {"prompts": command_prompts, "generate": command_generate, "check": command_check,
      "train": command_train}[args.command](args)

@@ -86,6 +86,14 @@ def block_losses(head, batch, gamma, ce_alpha, l1_alpha):
             "slot_hit": (greedy_hit * valid).sum(0) / valid.sum(0).clamp(min=1)}
 
 
+def backward_share(out, sequences, sums):
+    """Back-propagates one sequence's share of a step's loss (1 / sequences) and adds that share
+    of its terms to sums (as tensors: reading them would wait for an accelerator every time)."""
+    (out["loss"] / sequences).backward()
+    for key in ("loss", "ce", "l1", "bce"):
+        sums[key] = sums.get(key, 0.0) + out[key].detach() / sequences
+
+
 def sample_anchors(sequence, count, rng, prompt_share):
     """Anchors from the answer (where decoding drafts) and, prompt_share of them, from the
     prompt (real text the target reads, labelled with the target's own predictions)."""
@@ -154,14 +162,36 @@ def plot(history, path):
     plt.close(fig)
 
 
+def add_training_arguments(parser, **defaults):
+    """The head's shape, the loss and the batches: train.py's settings, also distill.py's (with
+    its own defaults)."""
+    d = {"taps": "9,17,25", "layers": 1, "markov_rank": 64, "sequences_per_step": 4,
+         "anchors": 24, "prompt_share": 0.25, "lr": 1e-3, "warmup": 50, "gamma": 4.0,
+         "ce_alpha": 1.0, "l1_alpha": 0.9, "max_rows": 768, "eval_every": 100, "seed": 19}
+    d.update(defaults)
+    parser.add_argument("--taps", default=d["taps"])
+    parser.add_argument("--layers", type=int, default=d["layers"])
+    parser.add_argument("--markov-rank", type=int, default=d["markov_rank"])
+    parser.add_argument("--sequences-per-step", type=int, default=d["sequences_per_step"])
+    parser.add_argument("--anchors", type=int, default=d["anchors"])
+    parser.add_argument("--prompt-share", type=float, default=d["prompt_share"])
+    parser.add_argument("--lr", type=float, default=d["lr"])
+    parser.add_argument("--warmup", type=int, default=d["warmup"])
+    parser.add_argument("--gamma", type=float, default=d["gamma"])
+    # The paper's 0.1 / 0.9 learned slowly here from scratch: the L1 term's gradient is
+    # tiny while the draft distribution is flat, and a full-weight CE term learns faster.
+    parser.add_argument("--ce-alpha", type=float, default=d["ce_alpha"])
+    parser.add_argument("--l1-alpha", type=float, default=d["l1_alpha"])
+    parser.add_argument("--max-rows", type=int, default=d["max_rows"])
+    parser.add_argument("--eval-every", type=int, default=d["eval_every"])
+    parser.add_argument("--seed", type=int, default=d["seed"])
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("data_dir", type=Path)
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--model", type=Path, default=MODEL)
-    parser.add_argument("--taps", default="9,17,25")
-    parser.add_argument("--layers", type=int, default=1)
-    parser.add_argument("--markov-rank", type=int, default=64)
     parser.add_argument("--init-layer", type=int, default=-1,
                         help="first target layer the backbone starts from (-1: the one after "
                              "the deepest tap, or the last ones)")
@@ -174,19 +204,7 @@ def main():
     parser.add_argument("--until-step", type=int, default=0,
                         help="end this invocation at this step (a rebuild of a run that was "
                              "stopped early stops where it did)")
-    parser.add_argument("--sequences-per-step", type=int, default=4)
-    parser.add_argument("--anchors", type=int, default=24)
-    parser.add_argument("--prompt-share", type=float, default=0.25)
-    parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--warmup", type=int, default=50)
-    parser.add_argument("--gamma", type=float, default=4.0)
-    # The paper's 0.1 / 0.9 learned slowly here from scratch: the L1 term's gradient is
-    # tiny while the draft distribution is flat, and a full-weight CE term learns faster.
-    parser.add_argument("--ce-alpha", type=float, default=1.0)
-    parser.add_argument("--l1-alpha", type=float, default=0.9)
-    parser.add_argument("--max-rows", type=int, default=768)
-    parser.add_argument("--eval-every", type=int, default=100)
-    parser.add_argument("--seed", type=int, default=19)
+    add_training_arguments(parser)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -268,18 +286,17 @@ def main():
             anchors = sample_anchors(sequence, args.anchors, rng, args.prompt_share)
             out = block_losses(head, block_batch(sequence, anchors, layers), args.gamma,
                                args.ce_alpha, args.l1_alpha)
-            (out["loss"] / args.sequences_per_step).backward()
-            for key in ("loss", "ce", "l1", "bce"):
-                sums[key] = sums.get(key, 0.0) + out[key].item() / args.sequences_per_step
+            backward_share(out, args.sequences_per_step, sums)
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
         optimizer.step()
         step += 1
-        record = {"kind": "train", "step": step, "lr": optimizer.param_groups[0]["lr"], **sums}
+        record = {"kind": "train", "step": step, "lr": optimizer.param_groups[0]["lr"],
+                  **{k: float(v) for k, v in sums.items()}}
         history.append(record)
         log.write(json.dumps(record) + "\n")
         if step % 10 == 0:
-            print(f"step {step}/{args.steps} loss {sums['loss']:.4f} ce {sums['ce']:.3f} "
-                  f"l1 {sums['l1']:.3f} bce {sums['bce']:.3f} "
+            print(f"step {step}/{args.steps} loss {record['loss']:.4f} ce {record['ce']:.3f} "
+                  f"l1 {record['l1']:.3f} bce {record['bce']:.3f} "
                   f"({time.monotonic() - start:.0f} s)", flush=True)
         if step % args.eval_every == 0 or step == args.steps:
             record = {"kind": "eval", "step": step,
