@@ -192,7 +192,9 @@ nlohmann::json report_json(const BenchmarkReport& report) {
     run["drafted"] = arm.totals.drafted;
     run["accepted"] = arm.totals.accepted;
     run["unverified"] = arm.totals.unverified;
-    run["lookup_rounds"] = arm.totals.lookup_rounds;  // rounds the +lookup pre-step drafted
+    // Rounds whose drafts came from n-gram lookup: every round of a lookup arm, the pre-step's in a
+    // +lookup arm.
+    run["lookup_rounds"] = arm.totals.lookup_rounds;
     const CostCurves& curves = report.calibration_for(arm.mode).curves;
     if (arm.mode != DecodeMode::baseline && !curves.empty()) {
       run["derived_cap_measured"] =
