@@ -192,7 +192,6 @@ def command_prompts(args):
         subprocess.run([args.tool, str(Path(tmp) / "cases.json"), str(Path(tmp) / "out.json")],
                        check=True)
         results = json.loads((Path(tmp) / "out.json").read_text())
-    results = results["results"] if isinstance(results, dict) else results
     out = {"train": [], "heldout": []}
     for record, result in zip(records, results):
         if not result.get("ok"):
