@@ -60,7 +60,8 @@ def rope(x, positions, theta):
     """Non-interleaved (half-split) RoPE over the last dimension; x [..., rows, heads, hd],
     positions [..., rows]."""
     hd = x.shape[-1]
-    inv_freq = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.float64, device=x.device) / hd))
+    even = torch.arange(0, hd, 2, dtype=torch.float64, device=x.device)
+    inv_freq = 1.0 / (theta ** (even / hd))
     angles = positions.to(torch.float64)[..., None] * inv_freq
     cos = torch.cos(angles).to(x.dtype)[..., None, :]
     sin = torch.sin(angles).to(x.dtype)[..., None, :]

@@ -74,8 +74,8 @@ def block_losses(head, batch, gamma, ce_alpha, l1_alpha):
     accept = torch.minimum(q_top, p_top).sum(-1).detach()
     bce = F.binary_cross_entropy_with_logits(confidence, accept, reduction="none")
     valid = batch["valid"].float()
-    slot_weight = torch.exp(-torch.arange(dspark_head.BLOCK_SIZE, dtype=torch.float32,
-                                        device=valid.device) / gamma)
+    slot = torch.arange(dspark_head.BLOCK_SIZE, dtype=torch.float32, device=valid.device)
+    slot_weight = torch.exp(-slot / gamma)
     weights = valid * slot_weight
     draft_loss = ((ce_alpha * ce + l1_alpha * l1) * weights).sum() / weights.sum()
     confidence_loss = (bce * valid).sum() / valid.sum()
