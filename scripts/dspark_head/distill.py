@@ -87,10 +87,8 @@ class TorchTarget:
 
     def rope(self, x, positions):
         """Half-split RoPE; x [B, L, heads, hd], positions [B, L]."""
-        cos, sin = self.cos[positions][:, :, None, :], self.sin[positions][:, :, None, :]
-        half = self.hd // 2
-        first, second = x[..., :half], x[..., half:]
-        return torch.cat([first * cos - second * sin, second * cos + first * sin], dim=-1)
+        return dspark_head.rotate_half_split(x, self.cos[positions][:, :, None, :],
+                                             self.sin[positions][:, :, None, :])
 
     def forward(self, ids, positions, mask=None, cache=None, offset=0, taps=()):
         """Final hidden state (before the norm) [B, L, H] and the residual stream after each
@@ -260,17 +258,10 @@ class Rows:
         self.prompt_tokens = [min(s["prompt_tokens"], len(t)) for s, t in zip(sequences, tokens)]
 
     def blocks(self, s, anchors):
-        """train.block_batch for sequence s of this batch."""
-        W = dspark_head.BLOCK_SIZE
+        """train.blocks_of for sequence s of this batch."""
         n = self.lengths[s]
-        anchors_t = torch.from_numpy(anchors).to(self.ids.device)
-        rows = anchors_t[:, None] + torch.arange(W, device=self.ids.device)[None, :]
-        valid = rows + 1 < n
-        rows = rows.clamp(max=n - 1)
-        return {"taps": self.taps[s, : int(anchors.max())], "anchors": anchors_t,
-                "anchor_tokens": self.ids[s, anchors_t], "prev": self.ids[s, rows],
-                "label": self.top_ids[s, rows, 0], "top_ids": self.top_ids[s, rows],
-                "top_probs": self.top_probs[s, rows], "valid": valid}
+        return train.blocks_of(self.ids[s, :n], self.top_ids[s, :n], self.top_probs[s, :n],
+                               self.taps[s], torch.from_numpy(anchors).to(self.ids.device))
 
     def answer_mass(self, s, mass, counts):
         """Adds sequence s's answer rows to the per-token probability mass (reduce_vocab.py)."""
@@ -282,25 +273,17 @@ class Rows:
 
 
 def evaluate(head, target, held_out, layers, args):
-    """Held-out losses and teacher-forced greedy slot hit rates on fixed anchors (train.py's)."""
-    totals, count = {}, 0
-    rng = np.random.default_rng(0)
-    with torch.no_grad():
+    """train.evaluate_blocks over the held-out answers, the target run batch by batch."""
+    def sequences():
         for first in range(0, len(held_out), args.sequences_per_step):
             batch = held_out[first:first + args.sequences_per_step]
             rows = Rows(target, batch, layers, TOP_K, args.max_rows)
-            for s, sequence in enumerate(batch):
+            for s in range(len(batch)):
                 view = SimpleNamespace(tokens=np.zeros(rows.lengths[s]),
                                        prompt_tokens=rows.prompt_tokens[s])
-                if rows.lengths[s] - rows.prompt_tokens[s] < 2:
-                    continue
-                anchors = train.sample_anchors(view, 32, rng, 0.0)
-                out = train.block_losses(head, rows.blocks(s, anchors), args.gamma,
-                                         args.ce_alpha, args.l1_alpha)
-                for key, value in out.items():
-                    totals[key] = totals.get(key, 0) + value
-                count += 1
-    return {k: (v / count).tolist() for k, v in totals.items()}
+                yield view, lambda anchors, s=s, rows=rows: rows.blocks(s, anchors)
+
+    return train.evaluate_blocks(head, sequences(), args, 32)
 
 
 def command_check(args):

@@ -63,9 +63,14 @@ def rope(x, positions, theta):
     even = torch.arange(0, hd, 2, dtype=torch.float64, device=x.device)
     inv_freq = 1.0 / (theta ** (even / hd))
     angles = positions.to(torch.float64)[..., None] * inv_freq
-    cos = torch.cos(angles).to(x.dtype)[..., None, :]
-    sin = torch.sin(angles).to(x.dtype)[..., None, :]
-    first, second = x[..., : hd // 2], x[..., hd // 2:]
+    return rotate_half_split(x, torch.cos(angles).to(x.dtype)[..., None, :],
+                             torch.sin(angles).to(x.dtype)[..., None, :])
+
+
+def rotate_half_split(x, cos, sin):
+    """RoPE's rotation of x's two halves by angles whose cos and sin broadcast against a half."""
+    half = x.shape[-1] // 2
+    first, second = x[..., :half], x[..., half:]
     return torch.cat([first * cos - second * sin, second * cos + first * sin], dim=-1)
 
 

@@ -41,25 +41,27 @@ MODEL = Path.home() / ".cache/dspark/models/SmolLM2-135M-Instruct"
 CONFIDENCE_ALPHA = 1.0
 
 
-def block_batch(sequence, anchors, layers):
-    """Everything one sequence's blocks need: fused taps, anchors and per slot the previous
-    token, the target's greedy token, its top-k distribution and whether the slot exists."""
+def blocks_of(tokens, top_ids, top_probs, taps, anchors):
+    """Everything one sequence's blocks need, as tensors on one device: fused taps, anchors and
+    per slot the previous token, the target's greedy token, its top-k distribution and whether
+    the slot exists. tokens [n], top_ids / top_probs [n, k], taps [n, ...], anchors [N] int64."""
     W = dspark_head.BLOCK_SIZE
-    n = len(sequence.tokens)
-    rows = anchors[:, None] + np.arange(W)[None, :]  # the row whose next token slot i predicts
+    n = tokens.shape[0]
+    # The row whose next token slot i predicts.
+    rows = anchors[:, None] + torch.arange(W, device=anchors.device)[None, :]
     valid = rows + 1 < n
-    rows = np.minimum(rows, n - 1)
-    tokens = sequence.tokens
-    return {
-        "taps": sequence.fused_taps(layers)[: anchors.max()],
-        "anchors": torch.from_numpy(anchors),
-        "anchor_tokens": torch.from_numpy(tokens[anchors]),
-        "prev": torch.from_numpy(tokens[rows]),
-        "label": torch.from_numpy(sequence.top_ids[rows, 0].astype(np.int64)),
-        "top_ids": torch.from_numpy(sequence.top_ids[rows].astype(np.int64)),
-        "top_probs": torch.from_numpy(sequence.top_probs[rows].copy()),
-        "valid": torch.from_numpy(valid),
-    }
+    rows = rows.clamp(max=n - 1)
+    return {"taps": taps[: int(anchors.max())], "anchors": anchors,
+            "anchor_tokens": tokens[anchors], "prev": tokens[rows], "label": top_ids[rows, 0],
+            "top_ids": top_ids[rows], "top_probs": top_probs[rows], "valid": valid}
+
+
+def block_batch(sequence, anchors, layers):
+    """blocks_of for a shard's sequence (numpy arrays, mapped from the shard)."""
+    return blocks_of(torch.from_numpy(sequence.tokens),
+                     torch.from_numpy(sequence.top_ids.astype(np.int64)),
+                     torch.from_numpy(np.array(sequence.top_probs)),
+                     sequence.fused_taps(layers), torch.from_numpy(anchors))
 
 
 def block_losses(head, batch, gamma, ce_alpha, l1_alpha):
@@ -109,21 +111,28 @@ def sample_anchors(sequence, count, rng, prompt_share):
     return np.sort(np.concatenate(picks)).astype(np.int64)
 
 
-def evaluate(head, sequences, layers, args, anchors_per_sequence):
-    """Held-out losses and teacher-forced greedy slot hit rates on fixed anchors."""
+def evaluate_blocks(head, sequences, args, anchors_per_sequence):
+    """Held-out losses and teacher-forced greedy slot hit rates on fixed anchors. `sequences`
+    yields (sequence, blocks): the sequence's tokens and prompt_tokens, and blocks(anchors), its
+    blocks_of."""
     totals, count = {}, 0
     rng = np.random.default_rng(0)
     with torch.no_grad():
-        for sequence in sequences:
+        for sequence, blocks in sequences:
             if len(sequence.tokens) - sequence.prompt_tokens < 2:
                 continue
             anchors = sample_anchors(sequence, anchors_per_sequence, rng, 0.0)
-            out = block_losses(head, block_batch(sequence, anchors, layers), args.gamma,
-                               args.ce_alpha, args.l1_alpha)
+            out = block_losses(head, blocks(anchors), args.gamma, args.ce_alpha, args.l1_alpha)
             for key, value in out.items():
                 totals[key] = totals.get(key, 0) + value
             count += 1
     return {k: (v / count).tolist() for k, v in totals.items()}
+
+
+def evaluate(head, sequences, layers, args, anchors_per_sequence):
+    """evaluate_blocks over a shard's sequences."""
+    return evaluate_blocks(head, ((s, lambda anchors, s=s: block_batch(s, anchors, layers))
+                                  for s in sequences), args, anchors_per_sequence)
 
 
 def lr_at(step, steps, peak, warmup):

@@ -193,10 +193,8 @@ std::vector<Arm> drafter_arms(const std::string& mode_name, const ModelDrafter& 
     arm.setup.cap_policy =
         make_cap_policy_factory(curves, kMaxCap, drafter.mode == DecodeMode::dspark);
     if (with_lookup) {
-      CostCurves lookup_curves = curves;
-      lookup_curves.drafter_ms.clear();
       arm.setup.options.lookup_drafts = true;
-      arm.setup.lookup_cap_policy = make_lookup_cap_policy_factory(std::move(lookup_curves));
+      arm.setup.lookup_cap_policy = make_lookup_cap_policy_factory(curves);
     }
     if (cap == "auto") {
       arm.setup.options.auto_cap = true;

@@ -363,9 +363,7 @@ CalibratedCaps calibrated_cap_policy(const Model& target, const DrafterFactory& 
   } catch (const Error& e) {
     caps.error = e.what();
   }
-  CostCurves lookup_curves = curves;
-  lookup_curves.drafter_ms.clear();
-  caps.lookup_policy = make_lookup_cap_policy_factory(std::move(lookup_curves));
+  caps.lookup_policy = make_lookup_cap_policy_factory(curves);
   caps.policy = make_cap_policy_factory(std::move(curves), max_cap, allow_parking);
   return caps;
 }

@@ -346,6 +346,8 @@ void LookupLoadCap::on_verified(int drafted, int accepted) {
 }
 
 CapPolicyFactory make_lookup_cap_policy_factory(CostCurves curves) {
+  // Lookup drafts cost nothing to make, whichever drafter's calibration the curves come from.
+  curves.drafter_ms.clear();
   return [curves = std::move(curves)](const DecodeOptions& options) -> std::unique_ptr<CapPolicy> {
     const int ceiling = lookup_cap_ceiling(options);
     if (curves.empty()) return std::make_unique<FixedCap>(ceiling);

@@ -210,7 +210,8 @@ class LookupLoadCap : public CapPolicy {
   int64_t context_ = 0;
   ContinuationEstimate acceptance_{0.5};
 };
-// LookupLoadCap for lookup generations; a FixedCap of the lookup's ceiling without curves.
+// LookupLoadCap for lookup generations and the --lookup-drafts pre-step (drafting free: any
+// drafter costs in `curves` are dropped); a FixedCap of the lookup's ceiling without curves.
 CapPolicyFactory make_lookup_cap_policy_factory(CostCurves curves);
 
 // The cap policy of dspark / dflash generations: --max-draft auto gets a fresh controller, a
