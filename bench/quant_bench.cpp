@@ -9,10 +9,12 @@
 // with GMACps (weight-activation products per second) beside the GB/s. peak_int8_macs: the
 // vpmaddubsw + vpmaddwd rate one core sustains (the int8 kernels' compute floor, 32 products per
 // pair), as GMACps; peak_vnni_macs: the same for zmm vpdpbusd (64 products per instruction), on
-// CPUs with AVX-512 VNNI.
+// CPUs with AVX-512 VNNI. tile_loop/<part>: the AVX2 verify tile's inner loop split into its
+// parts (below), against the multiplies its numerics need.
 //
 //   quant_bench [--benchmark_min_time=0.2s] [--benchmark_repetitions=N]
 //   quant_bench --benchmark_filter='numerics|peak' --benchmark_repetitions=3
+//   quant_bench --benchmark_filter='tile_loop|peak' --benchmark_repetitions=5
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
 #include <time.h>
@@ -254,6 +256,108 @@ __attribute__((target("avx2"))) void peak_int8_macs(benchmark::State& state) {
       32.0 * kChains * kSteps * static_cast<double>(state.iterations()) / seconds / 1e9;
 }
 
+// The AVX2 verify tile's inner loop (kernels/cpu/int8_tiles_256.h, 4-bit codes, group 32) on data
+// in L1, one core, in three forms, each per "block-row" (8 output rows x 32 inputs x one activation
+// row, 256 products), so that the time it takes can be split between its parts:
+//   full: the kernel's work: the activation dwords broadcast to the 8 lanes (vpshufd of a 16-byte
+//     broadcast), 8 vpmaddubsw and a vpaddw tree, vpmaddwd to dwords, then the canonical float
+//     sequence (convert, times the block scale, fma with the group scale, fma of the group bias
+//     with the activation sum);
+//   integer: the same without the float sequence;
+//   multiplies: only the 12 multiply-pipe instructions the numerics need per block-row (8
+//     vpmaddubsw, 1 vpmaddwd, 1 vmulps, 2 vfmadd), as independent chains: the loop's floor on a
+//     core whose integer multiplies share its two FMA pipes (Zen 3).
+// Counter ns_block_row; GMACps = 256 products per block-row.
+enum class TileLoopPart { full, integer, multiplies };
+
+template <TileLoopPart Part>
+__attribute__((target("avx2,fma"))) void tile_loop(benchmark::State& state) {
+  constexpr int kBlocks = 8, kSteps = 8, kRows = 4;
+  alignas(32) static uint8_t codes[kBlocks][kSteps][32];
+  alignas(32) static int8_t x8[kRows][kBlocks * 32];
+  alignas(32) static float block_scale[kRows][kBlocks], xsum[kRows][kBlocks];
+  alignas(32) static float scales[kBlocks][8], biases[kBlocks][8];
+  std::memset(codes, 3, sizeof codes);
+  std::memset(x8, 5, sizeof x8);
+  std::fill_n(&block_scale[0][0], kRows * kBlocks, 1e-3f);
+  std::fill_n(&xsum[0][0], kRows * kBlocks, 1e-3f);
+  std::fill_n(&scales[0][0], kBlocks * 8, 1e-3f);
+  std::fill_n(&biases[0][0], kBlocks * 8, 1e-3f);
+  __m256 sum[kRows], bias[kRows];
+  __m256i isum[kRows];
+  for (int r = 0; r < kRows; ++r) {
+    sum[r] = bias[r] = _mm256_setzero_ps();
+    isum[r] = _mm256_setzero_si256();
+  }
+  const __m256i ones = _mm256_set1_epi16(1);
+  int64_t block_rows = 0;
+  const double start = dspark::now_seconds();
+  for (auto _ : state) {
+    for (int rep = 0; rep < 256; ++rep) {
+      for (int b = 0; b < kBlocks; ++b) {
+        __m256i steps[kSteps];
+        for (int s = 0; s < kSteps; ++s) {
+          steps[s] = _mm256_load_si256(reinterpret_cast<const __m256i*>(codes[b][s]));
+        }
+        const __m256 scale = _mm256_load_ps(scales[b]), group_bias = _mm256_load_ps(biases[b]);
+#pragma GCC unroll 4
+        for (int r = 0; r < kRows; ++r) {
+          const int8_t* x = x8[r] + b * 32;
+          __m256i p[kSteps];
+          if constexpr (Part == TileLoopPart::multiplies) {
+            const __m256i xs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+#pragma GCC unroll 8
+            for (int s = 0; s < kSteps; ++s) {
+              p[s] = _mm256_maddubs_epi16(steps[s], xs);
+              asm volatile("" : "+x"(p[s]));  // kept, without a store
+            }
+            isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(p[r], ones));
+            const __m256 t = _mm256_mul_ps(_mm256_set1_ps(block_scale[r][b]), scale);
+            sum[r] = _mm256_fmadd_ps(scale, t, sum[r]);
+            bias[r] = _mm256_fmadd_ps(group_bias, t, bias[r]);
+            continue;
+          }
+          const __m256i low = _mm256_broadcastsi128_si256(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
+          const __m256i high = _mm256_broadcastsi128_si256(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(x + 16)));
+          p[0] = _mm256_maddubs_epi16(steps[0], _mm256_shuffle_epi32(low, 0x00));
+          p[1] = _mm256_maddubs_epi16(steps[1], _mm256_shuffle_epi32(low, 0x55));
+          p[2] = _mm256_maddubs_epi16(steps[2], _mm256_shuffle_epi32(low, 0xaa));
+          p[3] = _mm256_maddubs_epi16(steps[3], _mm256_shuffle_epi32(low, 0xff));
+          p[4] = _mm256_maddubs_epi16(steps[4], _mm256_shuffle_epi32(high, 0x00));
+          p[5] = _mm256_maddubs_epi16(steps[5], _mm256_shuffle_epi32(high, 0x55));
+          p[6] = _mm256_maddubs_epi16(steps[6], _mm256_shuffle_epi32(high, 0xaa));
+          p[7] = _mm256_maddubs_epi16(steps[7], _mm256_shuffle_epi32(high, 0xff));
+          const __m256i words =
+              _mm256_add_epi16(_mm256_add_epi16(_mm256_add_epi16(p[0], p[1]),
+                                                _mm256_add_epi16(p[2], p[3])),
+                               _mm256_add_epi16(_mm256_add_epi16(p[4], p[5]),
+                                                _mm256_add_epi16(p[6], p[7])));
+          const __m256i dwords = _mm256_madd_epi16(words, ones);
+          if constexpr (Part == TileLoopPart::integer) {
+            isum[r] = _mm256_add_epi32(isum[r], dwords);
+          } else {
+            const __m256 t =
+                _mm256_mul_ps(_mm256_set1_ps(block_scale[r][b]), _mm256_cvtepi32_ps(dwords));
+            sum[r] = _mm256_fmadd_ps(scale, t, sum[r]);
+            bias[r] = _mm256_fmadd_ps(group_bias, _mm256_set1_ps(xsum[r][b]), bias[r]);
+          }
+        }
+      }
+      block_rows += kBlocks * kRows;
+    }
+  }
+  const double seconds = dspark::now_seconds() - start;
+  for (int r = 0; r < kRows; ++r) {
+    benchmark::DoNotOptimize(sum[r]);
+    benchmark::DoNotOptimize(bias[r]);
+    benchmark::DoNotOptimize(isum[r]);
+  }
+  state.counters["ns_block_row"] = seconds / static_cast<double>(block_rows) * 1e9;
+  state.counters["GMACps"] = 256.0 * static_cast<double>(block_rows) / seconds / 1e9;
+}
+
 // 12 independent chains of zmm vpdpbusd, 64 products per step: the AVX-512 VNNI kernel's
 // multiply rate on one core.
 __attribute__((target("avx512f,avx512vnni"))) void peak_vnni_macs(benchmark::State& state) {
@@ -283,6 +387,16 @@ void register_benchmarks() {
   register_numerics_benchmarks();
   if (dspark::cpu_features().avx2) {
     benchmark::RegisterBenchmark("peak_int8_macs/threads:1", peak_int8_macs)
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
+    benchmark::RegisterBenchmark("tile_loop/full/threads:1", tile_loop<TileLoopPart::full>)
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
+    benchmark::RegisterBenchmark("tile_loop/integer/threads:1", tile_loop<TileLoopPart::integer>)
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
+    benchmark::RegisterBenchmark("tile_loop/multiplies/threads:1",
+                                 tile_loop<TileLoopPart::multiplies>)
         ->UseRealTime()
         ->Unit(benchmark::kMicrosecond);
   }

@@ -59,7 +59,7 @@ void Model::check_run(const SequenceRun& run, StatePool& pool) const {
   if (!pool.is_open(run.sequence)) {
     fail("forward: sequence {} is not open in the state pool", run.sequence);
   }
-  check_state_run(run, pool.host_state(run.sequence));
+  check_state_run(run, pool.state(run.sequence));
 }
 
 void Model::check_state_run(const SequenceRun& run, ModelState& state) const {
@@ -103,7 +103,7 @@ void Model::forward_batch(const std::vector<SequenceRun>& runs, StatePool& pool)
         fail("forward: two runs of one batch continue sequence {}", runs[r].sequence);
       }
     }
-    states.push_back(&pool.host_state(runs[r].sequence));
+    states.push_back(&pool.state(runs[r].sequence));
   }
   forward_states(runs, states);
 }
@@ -121,28 +121,38 @@ void Model::forward_states(const std::vector<SequenceRun>& runs,
   }
   if (total == 0) return;
   for (size_t r = 0; r < runs.size(); ++r) {
+    if (&states[r]->backend() != &states[0]->backend()) {
+      fail("forward: the sequences of one batch live in different backends ({} and {})",
+           states[0]->backend().name(), states[r]->backend().name());
+    }
+  }
+  for (size_t r = 0; r < runs.size(); ++r) {
     if (runs[r].n > 0) states[r]->begin_forward(runs[r].n);
   }
+  backend::Backend& backend = states[0]->backend();
 
   // Where a step's rows come from: run `run`, its rows [start, start + span.rows).
   struct StepPart {
     size_t run;
     int64_t start;
   };
-  auto capture = [&](int layer, const float* hidden, const RowSpan& span, const StepPart& part) {
+  // The residual stream of a step's rows lives in the backend; only the rows a run asks for as
+  // taps or logits come back to the host.
+  const int64_t chunk = std::min(prefill_chunk_, total);
+  const int64_t row_bytes = H * static_cast<int64_t>(sizeof(float));
+  backend::Buffer hidden_buffer = backend.allocate(chunk * row_bytes);
+  auto capture = [&](int layer, const RowSpan& span, const StepPart& part) {
     const SequenceRun& run = runs[part.run];
     const int64_t n_taps = static_cast<int64_t>(run.tap_layers.size());
     for (int64_t j = 0; j < n_taps; ++j) {
       if (run.tap_layers[j] != layer) continue;
       for (int64_t r = 0; r < span.rows; ++r) {
-        std::memcpy(run.out->taps.data() + ((part.start + r) * n_taps + j) * H,
-                    hidden + (span.first + r) * H, H * sizeof(float));
+        backend.download(hidden_buffer, (span.first + r) * row_bytes, row_bytes,
+                         run.out->taps.data() + ((part.start + r) * n_taps + j) * H);
       }
     }
   };
 
-  const int64_t chunk = std::min(prefill_chunk_, total);
-  std::vector<float> hidden(chunk * H);
   std::vector<int64_t> done_rows(runs.size(), 0);
   std::vector<RowSpan> spans;
   std::vector<StepPart> parts;
@@ -155,6 +165,8 @@ void Model::forward_states(const std::vector<SequenceRun>& runs,
   std::vector<LogitRow> wanted;
   std::vector<float> gathered, step_logits;
   for (int64_t done = 0; done < total;) {
+    const backend::ComputeSection section(backend);
+    float* hidden = hidden_buffer.as<float>();
     spans.clear();
     parts.clear();
     int64_t step_rows = 0;
@@ -163,16 +175,16 @@ void Model::forward_states(const std::vector<SequenceRun>& runs,
       if (take == 0) continue;
       spans.push_back({states[r], step_rows, take});
       parts.push_back({r, done_rows[r]});
-      embed(runs[r].tokens + done_rows[r], take, hidden.data() + step_rows * H);
+      embed(runs[r].tokens + done_rows[r], take, hidden + step_rows * H);
       step_rows += take;
     }
-    for (size_t s = 0; s < spans.size(); ++s) capture(-1, hidden.data(), spans[s], parts[s]);
+    for (size_t s = 0; s < spans.size(); ++s) capture(-1, spans[s], parts[s]);
     for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
       const double start = layer_seconds_ ? now_seconds() : 0.0;
-      run_layer(layer, hidden.data(), step_rows, spans);
+      run_layer(layer, hidden, step_rows, spans);
       if (layer_seconds_) (*layer_seconds_)[layer] += now_seconds() - start;
       for (size_t s = 0; s < spans.size(); ++s) {
-        capture(static_cast<int>(layer), hidden.data(), spans[s], parts[s]);
+        capture(static_cast<int>(layer), spans[s], parts[s]);
       }
     }
     wanted.clear();
@@ -188,8 +200,7 @@ void Model::forward_states(const std::vector<SequenceRun>& runs,
       const int64_t k = static_cast<int64_t>(wanted.size());
       gathered.resize(k * H);
       for (int64_t i = 0; i < k; ++i) {
-        std::memcpy(gathered.data() + i * H, hidden.data() + wanted[i].hidden_row * H,
-                    H * sizeof(float));
+        std::memcpy(gathered.data() + i * H, hidden + wanted[i].hidden_row * H, row_bytes);
       }
       // Rows of one run asked for in order (the usual case) land in place; else through a buffer.
       bool in_place = true;

@@ -87,10 +87,15 @@ class Model {
   int64_t max_context() const { return config_.max_context; }
   const Checkpoint& checkpoint() const { return *checkpoint_; }
 
-  // An empty state for one sequence outside any pool (tools, calibration, tests).
-  ModelState new_state() const { return ModelState(state_layout()); }
-  // A pool for up to `capacity` sequences at once.
-  StatePool new_pool(int capacity) const { return StatePool(state_layout(), capacity); }
+  // An empty state for one sequence outside any pool (tools, calibration, tests), in `backend`'s
+  // memory.
+  ModelState new_state(backend::Backend& backend = backend::cpu_backend()) const {
+    return ModelState(state_layout(), backend);
+  }
+  // A pool for up to `capacity` sequences at once, their states in `backend`'s memory.
+  StatePool new_pool(int capacity, backend::Backend& backend = backend::cpu_backend()) const {
+    return StatePool(state_layout(), capacity, backend);
+  }
   virtual StateLayout state_layout() const = 0;
 
   // Runs the n tokens after the state's current contents (positions state.length() ..
@@ -107,7 +112,9 @@ class Model {
   // and the Mamba recurrence run per sequence on its own state. Every row's result is
   // bit-identical to the sequence's own forward, whatever the other runs are (the kernels are row
   // invariant). Each run is checked (check_run) before any state changes; the sequences must be
-  // distinct. Steps hold at most prefill_chunk() rows in all, taken from the runs in order.
+  // distinct. Steps hold at most prefill_chunk() rows in all, taken from the runs in order. The
+  // layers run inside one compute section of the pool's backend; what leaves the forward is the
+  // runs' host outputs.
   void forward_batch(const std::vector<SequenceRun>& runs, StatePool& pool) const;
   // Throws naming the fault unless `run` fits this model and pool: an open sequence of a pool
   // whose layout this model made, logit rows inside the run, tap layers in [-1, num_layers),

@@ -486,8 +486,8 @@ void NemotronH::mamba(const MambaMixer& m, const float* xn, int64_t n,
     std::memcpy(xbc + t * cd, proj + t * width + di, cd * sizeof(float));
   }
   for (const RowSpan& span : spans) {
-    kernels::causal_conv1d(span.state->mamba(m.index).conv.data(), xbc + span.first * cd, span.rows,
-                           cd, c_.conv_kernel, m.conv_weight.data(),
+    kernels::causal_conv1d(span.state->conv(m.index), xbc + span.first * cd, span.rows, cd,
+                           c_.conv_kernel, m.conv_weight.data(),
                            m.conv_bias.empty() ? nullptr : m.conv_bias.data(),
                            conv + span.first * cd);
   }
@@ -502,22 +502,19 @@ void NemotronH::mamba(const MambaMixer& m, const float* xn, int64_t n,
                             dt);
   for (const RowSpan& span : spans) {
     ModelState& state = *span.state;
-    const int64_t t0 = span.first, t1 = span.first + span.rows;
+    const int64_t t0 = span.first;
     if (state.recording_forward()) {
-      MambaRecord& record = state.record(m.index);
-      if (record.A.empty()) record.A = m.A;
-      record.xbc.insert(record.xbc.end(), xbc + t0 * cd, xbc + t1 * cd);
-      record.x.insert(record.x.end(), x + t0 * di, x + t1 * di);
-      record.B.insert(record.B.end(), B + t0 * G * N, B + t1 * G * N);
-      record.C.insert(record.C.end(), C + t0 * G * N, C + t1 * G * N);
-      record.dt.insert(record.dt.end(), dt + t0 * heads, dt + t1 * heads);
+      state.append_record(
+          m.index,
+          {m.A.data(), xbc + t0 * cd, x + t0 * di, B + t0 * G * N, C + t0 * G * N, dt + t0 * heads},
+          span.rows);
     }
     // The scan runs token by token for every run length: on the CPU it beats the chunked SSD
     // form (bench/decode_bench BM_SsdStep), and it makes a multi-token run (prefill chunk, verify
     // block, rollback rebuild) bit-identical to one-token decoding.
-    kernels::ssd_sequential({heads, P, G, N}, state.mamba(m.index).ssm.data(), x + t0 * di,
-                            B + t0 * G * N, C + t0 * G * N, dt + t0 * heads, m.A.data(), m.D.data(),
-                            span.rows, y + t0 * di);
+    kernels::ssd_sequential({heads, P, G, N}, state.ssm(m.index), x + t0 * di, B + t0 * G * N,
+                            C + t0 * G * N, dt + t0 * heads, m.A.data(), m.D.data(), span.rows,
+                            y + t0 * di);
   }
   // z is the first d_inner values of each projected row.
   kernels::gated_rms_norm(proj, width, y, n, di, G, m.norm_weight.data(), c_.eps, y);

@@ -7,7 +7,8 @@
 
 namespace dspark {
 
-StatePool::StatePool(const StateLayout& layout, int capacity) : layout_(layout) {
+StatePool::StatePool(const StateLayout& layout, int capacity, backend::Backend& backend)
+    : layout_(layout), backend_(&backend) {
   if (capacity < 1) fail("state pool: capacity {} is not a positive number of sequences", capacity);
   states_.resize(capacity);
   attachments_.resize(capacity);
@@ -23,7 +24,7 @@ int StatePool::open_count() const {
 SequenceId StatePool::open() {
   for (size_t id = 0; id < open_.size(); ++id) {
     if (open_[id]) continue;
-    states_[id] = ModelState(layout_);
+    states_[id] = ModelState(layout_, *backend_);
     open_[id] = 1;
     return static_cast<SequenceId>(id);
   }

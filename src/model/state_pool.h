@@ -3,9 +3,9 @@
 // caches, conv windows, SSM states and the recordings that roll them back (model/state.h). The
 // batched forward (Model::forward_batch) takes a pool and runs that name sequence ids, and the
 // layers above the model (the decoders, the server's slots, its prefix cache) hold ids and ask the
-// pool for lengths, trims and snapshots; only the CPU backend's layers read a state's memory
-// (host_state). A device backend keeps the same ids and operations with its states in device
-// memory (docs/architecture.md, "State pool").
+// pool for lengths, trims and snapshots. Every state lives in the pool's backend's memory
+// (backend/backend.h), which only the model's layers read, so a device backend keeps the same ids
+// and operations with its states in device memory (docs/architecture.md, "State pool").
 //
 // Ids are slot indices in [0, capacity), reused after close. The pool allocates a sequence's KV
 // as the sequence grows (ModelState::reserve), so capacity bounds how many sequences exist at
@@ -36,9 +36,12 @@ class SequenceAttachment {
 
 class StatePool {
  public:
-  StatePool(const StateLayout& layout, int capacity);
+  // States in `backend`'s memory.
+  StatePool(const StateLayout& layout, int capacity,
+            backend::Backend& backend = backend::cpu_backend());
 
   const StateLayout& layout() const { return layout_; }
+  backend::Backend& backend() const { return *backend_; }
   int capacity() const { return static_cast<int>(states_.size()); }
   int open_count() const;
 
@@ -56,6 +59,8 @@ class StatePool {
   // While on, every forward of more than one row records what a trim needs.
   void set_recording(SequenceId sequence, bool on) { get(sequence).set_recording(on); }
   StateSnapshot snapshot(SequenceId sequence) const { return get(sequence).snapshot(); }
+  // The sequence's state downloaded to the host (for comparisons).
+  StateContents contents(SequenceId sequence) const { return get(sequence).contents(); }
   // Sets the state to `snapshot` and cuts the attachments to its length.
   void restore(SequenceId sequence, const StateSnapshot& snapshot);
   // Bytes the sequence holds (its KV capacity, conv windows, SSM states, recording, attachments).
@@ -72,15 +77,17 @@ class StatePool {
   // Bytes every open sequence holds.
   int64_t bytes() const;
 
-  // The CPU backend's view of a sequence's state: its layers read and write it in place.
-  ModelState& host_state(SequenceId sequence) { return get(sequence); }
-  const ModelState& host_state(SequenceId sequence) const { return get(sequence); }
+  // A sequence's state, for the model's forward (whose layers reach its memory inside a compute
+  // section) and for checks of it.
+  ModelState& state(SequenceId sequence) { return get(sequence); }
+  const ModelState& state(SequenceId sequence) const { return get(sequence); }
 
  private:
   ModelState& get(SequenceId sequence);
   const ModelState& get(SequenceId sequence) const;
 
   StateLayout layout_;
+  backend::Backend* backend_;
   std::vector<ModelState> states_;  // [capacity]; an entry holds no memory while closed
   using Attachments = std::vector<std::pair<const void*, std::unique_ptr<SequenceAttachment>>>;
   std::vector<Attachments> attachments_;  // [capacity]

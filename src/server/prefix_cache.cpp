@@ -85,11 +85,7 @@ int64_t PrefixCache::slot_bytes(const Slot& slot) const {
   const auto& layout = pool_.layout();
   int64_t bytes =
       2 * pool_.length(slot.sequence.id()) * layout.kv_row_bytes() * layout.attention_layers;
-  for (const auto& checkpoint : slot.checkpoints) {
-    for (const auto& keys : checkpoint.keys) bytes += 2 * static_cast<int64_t>(keys.size());
-    bytes += static_cast<int64_t>(checkpoint.mamba.size()) *
-             (layout.conv_window() + layout.ssm_size()) * static_cast<int64_t>(sizeof(float));
-  }
+  for (const auto& checkpoint : slot.checkpoints) bytes += checkpoint.bytes();
   return bytes;
 }
 

@@ -232,7 +232,7 @@ void SequenceDecoder::plan_forced() {
   rows_.insert(rows_.end(), forced_.begin(), forced_.end() - 1);
   const int64_t fed = static_cast<int64_t>(rows_.size());
   if (fed == 0 || finished()) {
-    if (options_.after_round) options_.after_round(pool_.host_state(sequence_));
+    if (options_.after_round) options_.after_round(pool_.state(sequence_));
     return;
   }
   logit_rows_.clear();
@@ -253,7 +253,7 @@ void SequenceDecoder::finish_forced() {
   for (int64_t i = skip; i < static_cast<int64_t>(forced_.size()) && !finished(); ++i) {
     commit(forced_[i], wants_rows_ ? output_.logits.data() + (i - skip) * vocab_ : nullptr, true);
   }
-  if (options_.after_round) options_.after_round(pool_.host_state(sequence_));
+  if (options_.after_round) options_.after_round(pool_.state(sequence_));
 }
 
 // Drafts that can still be committed (plus the correction/bonus) and still fit the context.
@@ -379,7 +379,7 @@ void SequenceDecoder::finish_round() {
     caps_.on_round(RoundOutcome{cap_planned_, static_cast<int>(drafts), static_cast<int>(accepted),
                                 now_seconds() - round_start_, static_cast<int>(committed_now)});
   }
-  if (options_.after_round) options_.after_round(pool_.host_state(sequence_));
+  if (options_.after_round) options_.after_round(pool_.state(sequence_));
 }
 
 void SequenceDecoder::run_to_end() {

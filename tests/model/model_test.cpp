@@ -11,6 +11,7 @@
 #include <numeric>
 
 #include "../error_of.h"
+#include "../sealed_backend.h"
 #include "base/error.h"
 #include "formats/model_store.h"
 #include "kernels/ops.h"
@@ -54,7 +55,8 @@ using testing::error_of;
 // 6-token verify, a 23-token prefill, with taps and logits of every row) in steps of `chunk` rows;
 // every output, and every state after it (the next token's logits, the verify's rollback), equals
 // the sequence's own forward bit for bit.
-void expect_batch_equals_lone_forwards(Model& model, int64_t chunk) {
+void expect_batch_equals_lone_forwards(Model& model, int64_t chunk,
+                                       backend::Backend& pool_backend = backend::cpu_backend()) {
   const int last = static_cast<int>(model.num_layers()) - 1;
   const std::vector<int> taps = {last, -1, 0};
   const std::vector<std::vector<int32_t>> prompts = {token_run(7, 1), token_run(12, 2),
@@ -67,7 +69,7 @@ void expect_batch_equals_lone_forwards(Model& model, int64_t chunk) {
     return rows;
   };
   std::vector<ModelState> lone;
-  StatePool pool = model.new_pool(3);
+  StatePool pool = model.new_pool(3, pool_backend);
   std::vector<SequenceId> batched;
   std::vector<ForwardOutput> lone_out(3), batched_out(3);
   std::vector<SequenceRun> batch;
@@ -77,7 +79,7 @@ void expect_batch_equals_lone_forwards(Model& model, int64_t chunk) {
     lone[i].set_recording(true);
     pool.set_recording(batched[i], true);
     logits_of(model, lone[i], prompts[i], false);
-    logits_of(model, pool.host_state(batched[i]), prompts[i], false);
+    logits_of(model, pool.state(batched[i]), prompts[i], false);
   }
   for (size_t i = 0; i < 3; ++i) {
     model.forward(runs[i].data(), static_cast<int64_t>(runs[i].size()), lone[i],
@@ -96,7 +98,7 @@ void expect_batch_equals_lone_forwards(Model& model, int64_t chunk) {
   lone[1].trim(lone[1].length() - 4);
   pool.trim(batched[1], pool.length(batched[1]) - 4);
   for (size_t i = 0; i < 3; ++i) {
-    EXPECT_EQ(logits_of(model, pool.host_state(batched[i]), {9}), logits_of(model, lone[i], {9}))
+    EXPECT_EQ(logits_of(model, pool.state(batched[i]), {9}), logits_of(model, lone[i], {9}))
         << "after, " << i;
   }
 }
@@ -177,11 +179,11 @@ TEST_P(NemotronTest, RollbackRebuildIsBitIdenticalToPlainDecoding) {
     verified.trim(45 + keep);
     EXPECT_EQ(verified.length(), 45 + keep);
 
-    const StateSnapshot a = plain.snapshot(), b = verified.snapshot();
-    ASSERT_EQ(a.mamba.size(), b.mamba.size());
-    for (size_t i = 0; i < a.mamba.size(); ++i) {
-      EXPECT_EQ(a.mamba[i].ssm, b.mamba[i].ssm) << "keep " << keep << " layer " << i;
-      EXPECT_EQ(a.mamba[i].conv, b.mamba[i].conv) << "keep " << keep << " layer " << i;
+    const StateContents a = plain.contents(), b = verified.contents();
+    ASSERT_EQ(a.ssm.size(), b.ssm.size());
+    for (size_t i = 0; i < a.ssm.size(); ++i) {
+      EXPECT_EQ(a.ssm[i], b.ssm[i]) << "keep " << keep << " layer " << i;
+      EXPECT_EQ(a.conv[i], b.conv[i]) << "keep " << keep << " layer " << i;
     }
     EXPECT_EQ(a.keys, b.keys) << "keep " << keep;
     EXPECT_EQ(a.values, b.values) << "keep " << keep;
@@ -237,6 +239,16 @@ TEST_P(NemotronTest, TapsAreTheResidualStream) {
 
 TEST_P(NemotronTest, BatchedRunsAreBitIdenticalToLoneForwards) {
   for (int64_t chunk : {2048, 8}) expect_batch_equals_lone_forwards(*model_, chunk);
+}
+
+// The same batch with the pool in a backend whose memory faults outside its compute sections:
+// the forward, its recording and the rollback reach the states only through the backend, and the
+// bits are the CPU backend's.
+TEST_P(NemotronTest, BatchedRunsOnSealedStatesEqualLoneForwards) {
+  testing::SealedBackend sealed;
+  for (int64_t chunk : {2048, 8}) expect_batch_equals_lone_forwards(*model_, chunk, sealed);
+  EXPECT_GT(sealed.sections(), 0);
+  EXPECT_EQ(sealed.live_buffers(), 0);
 }
 
 // A run the model refuses fails the batch before any state moves: a bad token, a sequence in two
@@ -399,6 +411,8 @@ TEST(Dense, BatchedRunsAreBitIdenticalToLoneForwards) {
   testing::fill_llama(ck);
   auto model = load_model(ck.write());
   for (int64_t chunk : {2048, 5}) expect_batch_equals_lone_forwards(*model, chunk);
+  testing::SealedBackend sealed;
+  expect_batch_equals_lone_forwards(*model, 5, sealed);
 }
 
 TEST(Dense, VerifyRowsAreBitIdenticalToOneTokenDecoding) {

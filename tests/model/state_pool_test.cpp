@@ -53,10 +53,13 @@ TEST(StatePool, AReopenedSequenceStartsEmpty) {
   StatePool pool(hybrid_layout(), 1);
   const SequenceId id = pool.open();
   const int64_t empty_bytes = pool.bytes(id);
-  ModelState& state = pool.host_state(id);
+  ModelState& state = pool.state(id);
   state.reserve(40);
   state.begin_forward(3);
-  state.mamba(0).ssm.assign(state.mamba(0).ssm.size(), 1.0f);
+  {
+    const backend::ComputeSection section(state.backend());
+    std::fill_n(state.ssm(0), hybrid_layout().ssm_size(), 1.0f);
+  }
   state.advance(3);
   state.end_forward();
   EXPECT_EQ(pool.length(id), 3);
@@ -67,8 +70,8 @@ TEST(StatePool, AReopenedSequenceStartsEmpty) {
   ASSERT_EQ(pool.open(), id);
   EXPECT_EQ(pool.length(id), 0);
   EXPECT_EQ(pool.bytes(id), empty_bytes);
-  const StateSnapshot reopened = pool.snapshot(id);
-  for (float v : reopened.mamba[0].ssm) ASSERT_EQ(v, 0.0f);
+  const StateContents reopened = pool.contents(id);
+  for (float v : reopened.ssm[0]) ASSERT_EQ(v, 0.0f);
 }
 
 TEST(StatePool, OwnedSequencesCloseWhenDroppedAndMoveTheirId) {
@@ -116,7 +119,7 @@ TEST(StatePool, AttachmentsFollowTheirSequence) {
   const SequenceId id = pool.open(), other = pool.open();
   const int owner = 0, second_owner = 0;
   EXPECT_EQ(pool.attachment(id, &owner), nullptr);
-  ModelState& state = pool.host_state(id);
+  ModelState& state = pool.state(id);
   state.reserve(10);
   state.begin_forward(8);
   state.advance(8);

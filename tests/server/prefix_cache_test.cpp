@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "../model/tiny_checkpoint.h"
+#include "../sealed_backend.h"
 
 namespace dspark::server {
 namespace {
@@ -100,11 +101,15 @@ TEST(PrefixCacheDrafter, ADrafterShorterThanTheStateLimitsReuse) {
   EXPECT_EQ(recorder(hit)->tokens.size(), 5u);
 }
 
+// The pool's states live in a backend whose memory faults outside its compute sections, so the
+// cache's checkpoints, restores and byte counts go through the backend alone; the restored state is
+// the one a fresh prefill of the reused prefix reaches.
 TEST(PrefixCacheDrafter, CheckpointModeCutsTheDrafterToTheRestoredSnapshot) {
   testing::TinyCheckpoint checkpoint(5);
   testing::fill_nemotron(checkpoint, "M*M-");
   auto model = load_model(checkpoint.write());
-  StatePool pool = model->new_pool(3);
+  testing::SealedBackend sealed;
+  StatePool pool = model->new_pool(3, sealed);
   PrefixCache cache(*model, pool, {});
   ASSERT_TRUE(cache.checkpointed());
   const std::vector<int32_t> first = sequence(3, 12);
@@ -114,6 +119,7 @@ TEST(PrefixCacheDrafter, CheckpointModeCutsTheDrafterToTheRestoredSnapshot) {
   prefill(*model, first, lease, 8);
   lease.checkpoints.push_back(pool.snapshot(lease.sequence.id()));
   cache.release(std::move(lease), first);
+  EXPECT_GT(cache.counters().bytes, 0);
 
   std::vector<int32_t> second(first.begin(), first.begin() + 9);
   second.push_back(80);
@@ -121,6 +127,10 @@ TEST(PrefixCacheDrafter, CheckpointModeCutsTheDrafterToTheRestoredSnapshot) {
   EXPECT_EQ(hit.cached_tokens, 4);
   EXPECT_EQ(length(hit), 4);
   EXPECT_EQ(recorder(hit)->tokens, std::vector<int32_t>(first.begin(), first.begin() + 4));
+  ModelState fresh = model->new_state();
+  ForwardOutput output;
+  model->forward(first.data(), 4, fresh, {}, {}, output);
+  EXPECT_TRUE(pool.contents(hit.sequence.id()) == fresh.contents());
 }
 
 TEST(PrefixCacheDrafter, WithoutADrafterTheWholeStateIsReused) {

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "../sealed_backend.h"
 #include "constrain/grammar.h"
 #include "formats/model_store.h"
 #include "spec_models.h"
@@ -32,27 +33,25 @@ bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
 }
 
-bool same_state(const StateSnapshot& a, const StateSnapshot& b) {
+bool same_state(const StateContents& a, const StateContents& b) {
   if (a.length != b.length || a.kv_type != b.kv_type || a.keys.size() != b.keys.size() ||
-      a.mamba.size() != b.mamba.size()) {
+      a.ssm.size() != b.ssm.size()) {
     return false;
   }
   for (size_t l = 0; l < a.keys.size(); ++l) {
     if (!same_bits(a.keys[l], b.keys[l]) || !same_bits(a.values[l], b.values[l])) return false;
   }
-  for (size_t l = 0; l < a.mamba.size(); ++l) {
-    if (!same_bits(a.mamba[l].conv, b.mamba[l].conv) ||
-        !same_bits(a.mamba[l].ssm, b.mamba[l].ssm)) {
-      return false;
-    }
+  for (size_t l = 0; l < a.ssm.size(); ++l) {
+    if (!same_bits(a.conv[l], b.conv[l]) || !same_bits(a.ssm[l], b.ssm[l])) return false;
   }
   return true;
 }
 
 // One generation's sequence, alone in its pool.
 struct LoneSequence {
-  explicit LoneSequence(const Model& model) : pool(model.new_pool(1)), id(pool.open()) {}
-  ModelState& state() { return pool.host_state(id); }
+  explicit LoneSequence(const Model& model, backend::Backend& backend = backend::cpu_backend())
+      : pool(model.new_pool(1, backend)), id(pool.open()) {}
+  ModelState& state() { return pool.state(id); }
   StatePool pool;
   SequenceId id;
 };
@@ -60,7 +59,7 @@ struct LoneSequence {
 // Plain greedy decoding, keeping the state snapshot after every forward (indexed by length).
 struct PlainRun {
   std::vector<int32_t> tokens;
-  std::map<int64_t, StateSnapshot> states;
+  std::map<int64_t, StateContents> states;
 };
 
 PlainRun plain_run(const Model& model, const std::vector<int32_t>& prompt, int64_t max_tokens) {
@@ -69,13 +68,13 @@ PlainRun plain_run(const Model& model, const std::vector<int32_t>& prompt, int64
   ForwardOutput out;
   model.forward(prompt.data(), prompt.size(), state, {static_cast<int64_t>(prompt.size()) - 1}, {},
                 out);
-  run.states[state.length()] = state.snapshot();
+  run.states[state.length()] = state.contents();
   for (int64_t i = 0; i < max_tokens; ++i) {
     const int32_t next = argmax(out.logits.data(), model.vocab_size());
     run.tokens.push_back(next);
     if (i + 1 == max_tokens) break;
     model.forward(&next, 1, state, {0}, {}, out);
-    run.states[state.length()] = state.snapshot();
+    run.states[state.length()] = state.contents();
   }
   return run;
 }
@@ -88,12 +87,13 @@ struct Counts {
 // Speculative greedy output equals plain greedy output, and the state after every round equals
 // plain decoding's at the same length, for every drafter kind and cap 1..8.
 void check_lossless_greedy(const Model& model, const std::vector<std::vector<int32_t>>& prompts,
-                           int64_t max_tokens, const std::vector<int>& caps, Counts& counts) {
+                           int64_t max_tokens, const std::vector<int>& caps, Counts& counts,
+                           backend::Backend& backend = backend::cpu_backend()) {
   for (const auto& prompt : prompts) {
     const PlainRun plain = plain_run(model, prompt, max_tokens);
     {
       // generate_plain (what `dspark generate` runs) agrees with the hand-rolled plain loop.
-      LoneSequence state(model);
+      LoneSequence state(model, backend);
       GenerationConfig config;
       config.max_tokens = max_tokens;
       auto result = generate_plain(model, prompt, state.pool, state.id, config,
@@ -111,13 +111,13 @@ void check_lossless_greedy(const Model& model, const std::vector<std::vector<int
         options.after_round = [&](const ModelState& state) {
           auto expected = plain.states.find(state.length());
           ASSERT_NE(expected, plain.states.end()) << "no plain state at length " << state.length();
-          EXPECT_TRUE(same_state(state.snapshot(), expected->second))
+          EXPECT_TRUE(same_state(state.contents(), expected->second))
               << drafter->name() << " cap " << cap << ": state differs at length "
               << state.length();
           ++counts.state_checks;
         };
         SpeculativeGenerator generator(model, *drafter, fixed, options);
-        LoneSequence state(model);
+        LoneSequence state(model, backend);
         GenerationConfig config;
         config.max_tokens = max_tokens;
         auto result = generator.generate(prompt, state.pool, state.id, config,
@@ -162,6 +162,24 @@ TEST_P(LosslessGreedy, TinyNemotronEqualsPlainForEveryDrafterAndCap) {
                         counts);
   EXPECT_EQ(counts.generations, 4 * 4 * 8);
   EXPECT_GT(counts.state_checks, counts.generations);
+  std::filesystem::remove_all(dir);
+}
+
+// The same with every sequence's state in a backend whose memory faults outside its compute
+// sections: plain and speculative decoding, drafts, rollbacks and the per-round state checks hold
+// states only through the pool and the backend (the contract a device backend relies on).
+TEST(LosslessGreedy, DecodersOnSealedStatesEqualPlain) {
+  testing::TinyCheckpoint checkpoint(31);
+  testing::fill_nemotron(checkpoint, "M*EMEM-");
+  const std::string dir = testing::write_stored(checkpoint, Storage::q4, "sealed");
+  auto model = load_model(dir);
+  testing::SealedBackend sealed;
+  Counts counts;
+  check_lossless_greedy(*model, test_prompts(model->vocab_size()), 12, {1, 3, 8}, counts, sealed);
+  EXPECT_EQ(counts.generations, 4 * 4 * 3);
+  EXPECT_GT(counts.state_checks, counts.generations);
+  EXPECT_GT(sealed.sections(), counts.generations);
+  EXPECT_EQ(sealed.live_buffers(), 0);
   std::filesystem::remove_all(dir);
 }
 
@@ -259,13 +277,13 @@ TEST(DecodeTogether, EveryGenerationEqualsItsLoneRunStateByState) {
   };
 
   std::vector<GenerationResult> alone;
-  std::vector<std::vector<StateSnapshot>> alone_states(cases.size());
+  std::vector<std::vector<StateContents>> alone_states(cases.size());
   for (size_t i = 0; i < cases.size(); ++i) {
     std::unique_ptr<Drafter> drafter = drafter_for(cases[i]);
     FixedCap cap(cases[i].cap);
     SpeculativeOptions options;
     options.after_round = [&](const ModelState& state) {
-      alone_states[i].push_back(state.snapshot());
+      alone_states[i].push_back(state.contents());
     };
     LoneSequence state(*model);
     alone.push_back(
@@ -276,7 +294,10 @@ TEST(DecodeTogether, EveryGenerationEqualsItsLoneRunStateByState) {
   std::vector<std::unique_ptr<Drafter>> drafters;
   std::vector<std::unique_ptr<FixedCap>> caps;
   std::vector<SpeculativeOptions> options(cases.size());
-  StatePool pool = model->new_pool(static_cast<int>(cases.size()));
+  // The batch's states in a backend whose memory faults outside its compute sections: the step
+  // reaches them only through the pool and the backend.
+  testing::SealedBackend sealed;
+  StatePool pool = model->new_pool(static_cast<int>(cases.size()), sealed);
   std::vector<std::unique_ptr<SequenceDecoder>> decoders;
   std::vector<SequenceDecoder*> together;
   std::vector<size_t> rounds(cases.size(), 0);
@@ -289,7 +310,7 @@ TEST(DecodeTogether, EveryGenerationEqualsItsLoneRunStateByState) {
     options[i].after_round = [&, i](const ModelState& state) {
       const size_t round = rounds[i]++;
       ASSERT_LT(round, alone_states[i].size()) << "generation " << i;
-      EXPECT_TRUE(same_state(state.snapshot(), alone_states[i][round]))
+      EXPECT_TRUE(same_state(state.contents(), alone_states[i][round]))
           << "generation " << i << " round " << round;
       ++state_checks;
     };
@@ -365,7 +386,7 @@ TEST(ConfidenceSchedule, VerifiesOnlyWhatSurvivalPaysForAndStaysLossless) {
           options.after_round = [&](const ModelState& state) {
             auto expected = plain.states.find(state.length());
             ASSERT_NE(expected, plain.states.end());
-            EXPECT_TRUE(same_state(state.snapshot(), expected->second));
+            EXPECT_TRUE(same_state(state.contents(), expected->second));
           };
           SpeculativeGenerator generator(*model, drafter, policy, options);
           LoneSequence state(*model);
