@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 
 #include "base/error.h"
 #include "kernels/ops.h"
@@ -16,6 +17,19 @@ std::vector<float> offset_if(std::vector<float> weight, bool offset) {
   }
   return weight;
 }
+
+// One compute section per context, so that the backbone reaches every context's rows whichever
+// backend holds it (the contexts of one group share their pool's, and sections nest).
+class ComputeSections {
+ public:
+  template <typename Contexts>
+  explicit ComputeSections(const Contexts& contexts) {
+    for (const DrafterContext* context : contexts) sections_.emplace_back(*context->backend);
+  }
+
+ private:
+  std::deque<backend::ComputeSection> sections_;
+};
 
 }  // namespace
 
@@ -61,8 +75,9 @@ DrafterBackbone::DrafterBackbone(const BackboneConfig& config, DrafterTensors& t
   }
 }
 
-DrafterContext DrafterBackbone::new_context() const {
+DrafterContext DrafterBackbone::new_context(backend::Backend& backend) const {
   DrafterContext context;
+  context.backend = &backend;
   context.keys.resize(config_.layers);
   context.values.resize(config_.layers);
   context.kv_width = config_.kv_heads * config_.head_dim;
@@ -105,6 +120,9 @@ void DrafterBackbone::append_contexts(std::span<const float* const> taps,
   fc_->weights.apply(block, rows, fused.data());
   kernels::rms_norm(fused.data(), rows, H, hidden_norm_.data(), c.eps, fused.data());
   std::vector<float> keys(static_cast<size_t>(rows * kv_width)), values(keys.size());
+  for (size_t i = 0; i < contexts.size(); ++i)
+    contexts[i]->reserve(contexts[i]->length + counts[i]);
+  const ComputeSections sections(contexts);
   for (int64_t l = 0; l < c.layers; ++l) {
     const Layer& layer = layers_[l];
     const LinearWeights* const projections[] = {&layer.k_proj->weights, &layer.v_proj->weights};
@@ -112,15 +130,11 @@ void DrafterBackbone::append_contexts(std::span<const float* const> taps,
     apply_shared(fused.data(), rows, projections, outputs);
     for (size_t i = 0, at = 0; i < contexts.size(); at += counts[i], ++i) {
       DrafterContext& context = *contexts[i];
-      auto& context_keys = context.keys[l];
-      auto& context_values = context.values[l];
       const int64_t n = counts[i];
-      context_keys.resize(static_cast<size_t>((context.length + n) * kv_width));
-      context_values.resize(context_keys.size());
-      float* new_keys = context_keys.data() + context.length * kv_width;
+      float* new_keys = context.keys[l].as<float>() + context.length * kv_width;
       std::copy_n(keys.data() + at * kv_width, n * kv_width, new_keys);
       std::copy_n(values.data() + at * kv_width, n * kv_width,
-                  context_values.data() + context.length * kv_width);
+                  context.values[l].as<float>() + context.length * kv_width);
       project_keys(layer, new_keys, n, context.length);
     }
   }
@@ -128,19 +142,27 @@ void DrafterBackbone::append_contexts(std::span<const float* const> taps,
 }
 
 void DrafterContext::truncate(int64_t rows) {
-  rows = std::max<int64_t>(rows, 0);
-  if (rows >= length) return;
-  for (size_t l = 0; l < keys.size(); ++l) {
-    keys[l].resize(static_cast<size_t>(rows * kv_width));
-    values[l].resize(static_cast<size_t>(rows * kv_width));
-  }
-  length = rows;
+  length = std::clamp<int64_t>(rows, 0, length);
 }
 
 int64_t DrafterContext::bytes() const {
-  int64_t floats = 0;
-  for (size_t l = 0; l < keys.size(); ++l) floats += keys[l].capacity() + values[l].capacity();
-  return floats * static_cast<int64_t>(sizeof(float));
+  int64_t total = 0;
+  for (size_t l = 0; l < keys.size(); ++l) total += keys[l].bytes() + values[l].bytes();
+  return total;
+}
+
+void DrafterContext::reserve(int64_t rows) {
+  if (rows <= capacity) return;
+  const int64_t grown = std::max(rows, capacity + capacity / 2);
+  const int64_t row_bytes = kv_width * static_cast<int64_t>(sizeof(float));
+  for (auto* buffers : {&keys, &values}) {
+    for (backend::Buffer& buffer : *buffers) {
+      backend::Buffer larger = backend->allocate(grown * row_bytes);
+      backend->copy(buffer, 0, larger, 0, length * row_bytes);
+      buffer = std::move(larger);
+    }
+  }
+  capacity = grown;
 }
 
 void DrafterBackbone::run_block(const float* embedded, int64_t width, const DrafterContext& context,
@@ -157,6 +179,7 @@ void DrafterBackbone::run_blocks(const float* embedded, std::span<const int64_t>
   int64_t rows = 0;
   for (int64_t width : widths) rows += width;
   std::vector<float> x(embedded, embedded + rows * H);
+  const ComputeSections sections(contexts);
   const kernels::RopeSpec rope{inv_freq_.data(), c.rope_dims, c.rope_traditional, 1.0f};
   const AttentionShape shape{c.heads, c.kv_heads, hd, c.eps, c.gated_q};
   const int64_t q_width = c.heads * hd, kv_width = c.kv_heads * hd;
@@ -185,8 +208,8 @@ void DrafterBackbone::run_blocks(const float* embedded, std::span<const int64_t>
         float* block_k = k + first * kv_width;
         kernels::rope(block_q, width, c.heads, hd, p, rope);
         kernels::rope(block_k, width, c.kv_heads, hd, p, rope);
-        kernels::block_attention(attention, block_q, width, context.keys[l].data(),
-                                 context.values[l].data(), p, block_k, v + first * kv_width,
+        kernels::block_attention(attention, block_q, width, context.keys[l].as<float>(),
+                                 context.values[l].as<float>(), p, block_k, v + first * kv_width,
                                  o + first * q_width);
         first += width;
       }
@@ -202,7 +225,8 @@ BackboneDrafter::BackboneDrafter(const DrafterBackbone& backbone, const void* he
 void BackboneDrafter::bind_sequence(StatePool& pool, SequenceId sequence) {
   if (own_context_.length > 0) fail("a drafter is bound to a sequence after it was fed rows");
   if (pool.attachment(sequence, &backbone_) == nullptr) {
-    pool.attach(sequence, &backbone_, std::make_unique<DrafterContext>(backbone_.new_context()));
+    pool.attach(sequence, &backbone_,
+                std::make_unique<DrafterContext>(backbone_.new_context(pool.backend())));
   }
   pool_ = &pool;
   sequence_ = sequence;

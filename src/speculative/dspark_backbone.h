@@ -10,16 +10,21 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "speculative/drafter.h"
 #include "speculative/drafter_loader.h"
 
 namespace dspark {
 
-// One sequence's drafter context: per layer, token-major [positions, kv_heads, head_dim]. Kept
-// in the target's state pool beside the sequence (BackboneDrafter::bind_sequence).
+// One sequence's drafter context: per layer, token-major [positions, kv_heads, head_dim], in
+// backend buffers (backend/backend.h) of the pool the sequence lives in. Kept in the target's
+// state pool beside the sequence (BackboneDrafter::bind_sequence); the backbone reaches the rows
+// inside compute sections of that backend.
 struct DrafterContext : SequenceAttachment {
-  std::vector<std::vector<float>> keys, values;
+  backend::Backend* backend = &backend::cpu_backend();
+  std::vector<backend::Buffer> keys, values;  // floats [capacity, kv_width] per layer
   int64_t length = 0;
+  int64_t capacity = 0;  // rows the buffers hold
   int64_t kv_width = 0;  // kv_heads * head_dim
 
   int64_t rows() const override { return length; }
@@ -27,6 +32,8 @@ struct DrafterContext : SequenceAttachment {
   // the rows kept.
   void truncate(int64_t rows) override;
   int64_t bytes() const override;
+  // Room for `rows` rows (the rows held are kept).
+  void reserve(int64_t rows);
 };
 
 class DrafterBackbone {
@@ -35,7 +42,8 @@ class DrafterBackbone {
   DrafterBackbone(const BackboneConfig& config, DrafterTensors& tensors);
 
   const BackboneConfig& config() const { return config_; }
-  DrafterContext new_context() const;
+  // An empty context in `backend`'s memory.
+  DrafterContext new_context(backend::Backend& backend = backend::cpu_backend()) const;
   // Appends n rows of fused taps [n, n_taps * hidden] at positions context.length ...
   void append_context(const float* taps, int64_t n, DrafterContext& context) const;
   // append_context for many contexts in one pass: taps[i] (counts[i] rows) to contexts[i], each

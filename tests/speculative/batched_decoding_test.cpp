@@ -7,10 +7,12 @@
 #include <functional>
 #include <random>
 
+#include "../sealed_backend.h"
 #include "formats/model_store.h"
 #include "spec_models.h"
 #include "speculative/cap.h"
 #include "speculative/decode.h"
+#include "speculative/dspark.h"
 #include "test_drafters.h"
 
 namespace dspark {
@@ -279,6 +281,62 @@ TEST(LookupPreStepDefaultModel, ItsPolicyCapsTheLookupDraftsUnderLoad) {
   EXPECT_EQ(first.verified, stats.lookup_rounds);
   EXPECT_EQ(first.most_drafted, 2);
   EXPECT_EQ(first.most_load, 2);
+}
+
+// The committed DSpark head drafting for the default model, its generations' states and drafter
+// contexts in a backend whose memory faults outside its compute sections: alone and stepped
+// together, every greedy answer equals plain decoding, so the drafter's backbone, like the target,
+// reaches its per-sequence rows only through the backend.
+TEST(DSparkHeadDefaultModel, GenerationsOnSealedStatesEqualPlain) {
+  const std::string dir = (std::filesystem::path(models_dir()) / kDefaultModelName).string();
+  ASSERT_TRUE(std::filesystem::exists(dir + "/config.json"))
+      << "the default model is not installed at " << dir
+      << "; run scripts/install_default_model.sh";
+  auto model = load_model(dir);
+  const auto head = std::make_shared<const DSparkHead>(
+      std::string(DSPARK_SOURCE_DIR) + "/data/dspark_head/SmolLM2-135M-Instruct-DSpark", *model,
+      DrafterLoadOptions{});
+  testing::SealedBackend sealed;
+  StatePool pool = model->new_pool(3, sealed);
+  const std::vector<std::vector<int32_t>> prompts = {
+      {1, 4093, 198, 1780, 314, 260, 3575, 282, 4649, 47, 2, 198, 1, 520, 9531, 198},
+      {1, 4093, 198, 11865, 253, 28050, 563, 253, 1341, 30, 2, 198, 1, 520, 9531, 198},
+      {504, 2365, 314, 260, 2365, 314, 260, 2365, 314, 260, 2365}};
+  std::vector<Case> cases;
+  std::vector<std::vector<int32_t>> plain;
+  for (const auto& prompt : prompts) {
+    Case c;
+    c.prompt = prompt;
+    c.max_tokens = 20;
+    const std::vector<int32_t> full = plain_continuation(*model, c);
+    plain.emplace_back(full.begin() + static_cast<int64_t>(c.prompt.size()), full.end());
+    cases.push_back(c);
+  }
+  auto make_run = [&](const Case& c) {
+    return std::make_unique<CaseRun>(*model, pool, c, c.prompt, [&](DecodeSetup& setup) {
+      setup.options.mode = DecodeMode::dspark;
+      setup.options.max_draft = 3;
+      setup.cap_policy = [](const DecodeOptions&) -> std::unique_ptr<CapPolicy> {
+        return std::make_unique<FixedCap>(3);
+      };
+      setup.drafter = dspark_drafter_factory(head, 0.0f);
+    });
+  };
+  int64_t accepted = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    std::unique_ptr<CaseRun> run = make_run(cases[i]);
+    run->decoder().run_to_end();
+    EXPECT_EQ(run->decoder().result().tokens, plain[i]) << "alone, prompt " << i;
+    accepted += run->decoder().stats().accepted;
+  }
+  EXPECT_GT(accepted, 0) << "the head's drafts were verified and some accepted";
+  std::vector<std::unique_ptr<CaseRun>> runs;
+  for (const Case& c : cases) runs.push_back(make_run(c));
+  step_together(*model, runs);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    EXPECT_EQ(runs[i]->decoder().result().tokens, plain[i]) << "together, prompt " << i;
+  }
+  EXPECT_GT(sealed.sections(), 0);
 }
 
 }  // namespace
