@@ -113,8 +113,8 @@ class Model {
   // bit-identical to the sequence's own forward, whatever the other runs are (the kernels are row
   // invariant). Each run is checked (check_run) before any state changes; the sequences must be
   // distinct. Steps hold at most prefill_chunk() rows in all, taken from the runs in order. The
-  // layers run inside one compute section of the pool's backend; what leaves the forward is the
-  // runs' host outputs.
+  // layers run inside a compute section of the pool's backend per step; what leaves the forward
+  // is the runs' host outputs.
   void forward_batch(const std::vector<SequenceRun>& runs, StatePool& pool) const;
   // Throws naming the fault unless `run` fits this model and pool: an open sequence of a pool
   // whose layout this model made, logit rows inside the run, tap layers in [-1, num_layers),

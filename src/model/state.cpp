@@ -20,9 +20,9 @@ RecordWidths record_widths(const StateLayout& layout) {
   return {layout.conv_channels, ssm.heads * ssm.head_dim, ssm.groups * ssm.state_size, ssm.heads};
 }
 
-std::vector<std::byte> download_all(const backend::Buffer& buffer, int64_t bytes) {
-  std::vector<std::byte> host(bytes);
-  if (bytes > 0) buffer.backend()->download(buffer, 0, bytes, host.data());
+std::vector<std::byte> download_all(const backend::Buffer& buffer) {
+  std::vector<std::byte> host(buffer.bytes());
+  if (!host.empty()) buffer.backend()->download(buffer, 0, buffer.bytes(), host.data());
   return host;
 }
 
@@ -56,8 +56,8 @@ StateContents contents_of(const StateSnapshot& snapshot) {
   contents.length = snapshot.length;
   contents.kv_type = snapshot.kv_type;
   for (size_t l = 0; l < snapshot.keys.size(); ++l) {
-    contents.keys.push_back(download_all(snapshot.keys[l], snapshot.keys[l].bytes()));
-    contents.values.push_back(download_all(snapshot.values[l], snapshot.values[l].bytes()));
+    contents.keys.push_back(download_all(snapshot.keys[l]));
+    contents.values.push_back(download_all(snapshot.values[l]));
   }
   for (const MambaLayerState& layer : snapshot.mamba) {
     contents.conv.push_back(download_floats(layer.conv));
@@ -217,19 +217,7 @@ StateSnapshot ModelState::snapshot() const {
 }
 
 StateContents ModelState::contents() const {
-  StateContents contents;
-  contents.length = length_;
-  contents.kv_type = layout_.kv_type;
-  const int64_t used = length_ * layout_.kv_row_bytes();
-  for (int64_t l = 0; l < layout_.attention_layers; ++l) {
-    contents.keys.push_back(download_all(keys_[l], used));
-    contents.values.push_back(download_all(values_[l], used));
-  }
-  for (const MambaLayerState& layer : mamba_) {
-    contents.conv.push_back(download_floats(layer.conv));
-    contents.ssm.push_back(download_floats(layer.ssm));
-  }
-  return contents;
+  return contents_of(snapshot());
 }
 
 int64_t ModelState::bytes() const {

@@ -231,11 +231,7 @@ class LookupRecordingCap : public FixedCap {
 
 // The default model continues a repeating prompt with the repetition, so lookup drafts hit.
 TEST(LookupPreStepDefaultModel, ItsPolicyCapsTheLookupDraftsUnderLoad) {
-  const std::string dir = (std::filesystem::path(models_dir()) / kDefaultModelName).string();
-  ASSERT_TRUE(std::filesystem::exists(dir + "/config.json"))
-      << "the default model is not installed at " << dir
-      << "; run scripts/install_default_model.sh";
-  auto model = load_model(dir);
+  auto model = testing::load_default_model();
   StatePool pool = model->new_pool(16);
   Case c;
   c.prompt = {504, 2365, 314, 260, 2365, 314, 260, 2365, 314, 260, 2365};
@@ -288,11 +284,7 @@ TEST(LookupPreStepDefaultModel, ItsPolicyCapsTheLookupDraftsUnderLoad) {
 // together, every greedy answer equals plain decoding, so the drafter's backbone, like the target,
 // reaches its per-sequence rows only through the backend.
 TEST(DSparkHeadDefaultModel, GenerationsOnSealedStatesEqualPlain) {
-  const std::string dir = (std::filesystem::path(models_dir()) / kDefaultModelName).string();
-  ASSERT_TRUE(std::filesystem::exists(dir + "/config.json"))
-      << "the default model is not installed at " << dir
-      << "; run scripts/install_default_model.sh";
-  auto model = load_model(dir);
+  auto model = testing::load_default_model();
   const auto head = std::make_shared<const DSparkHead>(
       std::string(DSPARK_SOURCE_DIR) + "/data/dspark_head/SmolLM2-135M-Instruct-DSpark", *model,
       DrafterLoadOptions{});

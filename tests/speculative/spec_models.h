@@ -2,12 +2,17 @@
 // Tiny checkpoints for the speculative tests, in the storage formats real models use: the random
 // fp32 models of tests/model/tiny_checkpoint.h written as bf16, or quantized to MLX affine 4-bit
 // (group 32) with dspark's MLX-exact quantizer.
+#include <gtest/gtest.h>
+
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "../model/tiny_checkpoint.h"
+#include "formats/model_store.h"
 #include "kernels/quant.h"
+#include "model/model.h"
 #include "tensor/dtype.h"
 
 namespace dspark::testing {
@@ -69,6 +74,17 @@ inline std::string write_stored(TinyCheckpoint& checkpoint, Storage storage,
   }
   write_safetensors(dir + "/model.safetensors", list, {{"format", "mlx"}});
   return dir;
+}
+
+// The default model (scripts/install_default_model.sh), for the DefaultModel tests; a test fails
+// naming the script when it is not installed.
+inline std::unique_ptr<Model> load_default_model() {
+  const std::string dir = (std::filesystem::path(models_dir()) / kDefaultModelName).string();
+  if (!std::filesystem::exists(dir + "/config.json")) {
+    ADD_FAILURE() << "the default model is not installed at " << dir
+                  << "; run scripts/install_default_model.sh";
+  }
+  return load_model(dir);
 }
 
 }  // namespace dspark::testing

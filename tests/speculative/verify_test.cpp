@@ -415,11 +415,7 @@ TEST(ConfidenceSchedule, VerifiesOnlyWhatSurvivalPaysForAndStaysLossless) {
 }
 
 TEST(LosslessGreedyDefaultModel, SmolLM2EqualsPlain) {
-  const std::string dir = (std::filesystem::path(models_dir()) / kDefaultModelName).string();
-  ASSERT_TRUE(std::filesystem::exists(dir + "/config.json"))
-      << "the default model is not installed at " << dir
-      << "; run scripts/install_default_model.sh";
-  auto model = load_model(dir);
+  auto model = testing::load_default_model();
   Counts counts;
   // Token ids of chat-formatted prompts would do as well; fixed ids keep the test independent of
   // the tokenizer. The last one repeats, so lookup drafts hit.
