@@ -317,8 +317,8 @@ __attribute__((target("avx2,fma"))) void tile_loop(benchmark::State& state) {
             bias[r] = _mm256_fmadd_ps(group_bias, t, bias[r]);
             continue;
           }
-          const __m256i low = _mm256_broadcastsi128_si256(
-              _mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
+          const __m256i low =
+              _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
           const __m256i high = _mm256_broadcastsi128_si256(
               _mm_loadu_si128(reinterpret_cast<const __m128i*>(x + 16)));
           p[0] = _mm256_maddubs_epi16(steps[0], _mm256_shuffle_epi32(low, 0x00));
@@ -329,11 +329,9 @@ __attribute__((target("avx2,fma"))) void tile_loop(benchmark::State& state) {
           p[5] = _mm256_maddubs_epi16(steps[5], _mm256_shuffle_epi32(high, 0x55));
           p[6] = _mm256_maddubs_epi16(steps[6], _mm256_shuffle_epi32(high, 0xaa));
           p[7] = _mm256_maddubs_epi16(steps[7], _mm256_shuffle_epi32(high, 0xff));
-          const __m256i words =
-              _mm256_add_epi16(_mm256_add_epi16(_mm256_add_epi16(p[0], p[1]),
-                                                _mm256_add_epi16(p[2], p[3])),
-                               _mm256_add_epi16(_mm256_add_epi16(p[4], p[5]),
-                                                _mm256_add_epi16(p[6], p[7])));
+          const __m256i words = _mm256_add_epi16(
+              _mm256_add_epi16(_mm256_add_epi16(p[0], p[1]), _mm256_add_epi16(p[2], p[3])),
+              _mm256_add_epi16(_mm256_add_epi16(p[4], p[5]), _mm256_add_epi16(p[6], p[7])));
           const __m256i dwords = _mm256_madd_epi16(words, ones);
           if constexpr (Part == TileLoopPart::integer) {
             isum[r] = _mm256_add_epi32(isum[r], dwords);
