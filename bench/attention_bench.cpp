@@ -1,9 +1,13 @@
 // Decode attention: one query row against a KV cache of `context` positions, the per-layer,
 // per-token cost of causal_attention; BM_RowsAttention: several rows after a context. Shapes:
 // SmolLM2-135M (9 query heads, 3 KV heads, head_dim 64) and a wide-group one (16 query heads, 2 KV
-// heads, head_dim 128). kv_bits: an fp32 or an f16 cache.
+// heads, head_dim 128). kv_bits: an fp32 or an f16 cache. BM_DecodeAttention reads one cache over
+// and over, from L2 or L3; BM_DecodeAttentionFromMemory reads many in turn, as a model's decode
+// step reads its layers' caches, each pushed out of the CPU caches by the others (and by the
+// weights) since the step before.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -58,6 +62,36 @@ BENCHMARK(BM_DecodeAttention)
     ->Args({2048, 16, 2, 128, 32})
     ->Args({32768, 16, 2, 128, 32})
     ->Args({32768, 16, 2, 128, 16})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+void BM_DecodeAttentionFromMemory(benchmark::State& state) {
+  const int64_t context = state.range(0), q_heads = 9, kv_heads = 3, dim = 64;
+  const auto kv_type =
+      state.range(1) == 16 ? dspark::kernels::KvType::f16 : dspark::kernels::KvType::f32;
+  const int64_t n = context * kv_heads * dim;
+  // Enough caches that together they are well past any L3 (at least 128 MiB).
+  const int64_t cache_bytes = 2 * n * dspark::kernels::kv_type_bytes(kv_type);
+  const int64_t layers = std::max<int64_t>(30, (int64_t{128} << 20) / cache_bytes + 1);
+  const std::vector<float> q = random_values(q_heads * dim, 1);
+  std::vector<BenchCache> caches;
+  for (int64_t l = 0; l < layers; ++l) caches.emplace_back(kv_type, n);
+  std::vector<float> out(q_heads * dim);
+  int64_t layer = 0;
+  for (auto _ : state) {
+    const BenchCache& cache = caches[layer];
+    const dspark::kernels::AttentionSequence sequence{
+        q.data(), 1, cache.keys.data(), cache.values.data(), context - 1, out.data(), kv_type};
+    dspark::kernels::causal_attention_batch(&sequence, 1, q_heads, kv_heads, dim, 1.0f / 8.0f);
+    benchmark::DoNotOptimize(out.data());
+    layer = (layer + 1) % layers;
+  }
+  state.counters["cache_GBps"] = benchmark::Counter(static_cast<double>(cache_bytes),
+                                                    benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_DecodeAttentionFromMemory)
+    ->ArgNames({"context", "kv_bits"})
+    ->ArgsProduct({{512, 2048, 8192}, {16, 32}})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 

@@ -33,6 +33,10 @@ struct AttentionBlock {
   // a tile of keys and a value row at a time, so its bits are those of the same values in fp32.
   KvType kv_type = KvType::f32;
   int64_t kv_stride = 0;
+  // The rows are read once, from a cache out of L2 (a decode row): fetch them kKvRowsAhead keys
+  // ahead. Rows that share a block (verify, prefill) find it in L2 after the first, or read a
+  // widened copy there, and the prefetches would only cost them (prefill 1.04x slower).
+  bool fetch_ahead = false;
   int64_t count = 0;  // keys in the block, 1..kAttentionKeyBlock
   int64_t group = 0;
   int64_t head_dim = 0;
@@ -52,6 +56,21 @@ void widen_f16_rows_avx2(const uint16_t* src, int64_t stride, int64_t rows, int6
                          float* dst);
 void widen_f16_rows_avx512(const uint16_t* src, int64_t stride, int64_t rows, int64_t dim,
                            float* dst);
+
+// A decode row's keys and values come from a cache that the layers since its last step have pushed
+// out of L2, and the kernels read them a row at a time, too slowly for the hardware prefetcher to
+// run far enough ahead. With AttentionBlock::fetch_ahead each kernel fetches the rows kKvRowsAhead
+// keys ahead of its reads: on a Zen 3 VM (AVX2), decoding at 2k tokens of context ran 1.25-1.35x
+// faster with keys and values both fetched 16 rows ahead than with neither (8 or 32 rows: in
+// between).
+constexpr int64_t kKvRowsAhead = 16;
+
+// Prefetches `bytes` bytes from `row` on into every cache level.
+inline void prefetch_row(const void* row, int64_t bytes) {
+  for (int64_t line = 0; line < bytes; line += 64) {
+    __builtin_prefetch(static_cast<const char*>(row) + line, 0, 3);
+  }
+}
 
 // The reduce16 tree of 16 lanes.
 inline float reduce16(const float* a) {

@@ -257,6 +257,7 @@ void causal_attention_batch_isa(Isa isa, const AttentionSequence* sequences, int
           task.values = widened.values_f32.data();
           task.kv_stride = head_dim;
         }
+        task.fetch_ahead = seg.rows == 1;
         task.count = std::min(n_keys - begin, kAttentionKeyBlock);
         task.group = group;
         task.head_dim = head_dim;
