@@ -8,14 +8,15 @@ nemotron-h-llama-cpp.md). Same thread count; the engines take turns, each figure
 the repeats.
 
 - pp512: a 512-token prompt processed at once (prefill tok/s);
-- tg128 at depth 0 and 512: 128 tokens generated one at a time after an empty context and after
-  512 tokens (dspark: baseline mode, plain decoding, end-of-text ignored);
+- tg128 at depth 0 and 512 (or the --depths given): 128 tokens generated one at a time after an
+  empty context and after that many tokens (dspark: baseline mode, plain decoding, end-of-text
+  ignored);
 - batch cost: the time of one forward of N rows over the time of one row, N = 1..16
   (llama-bench pp1..pp16, which computes the last row's logits; dspark's verify_bench, which
   computes every row's logits, as a verify step needs).
 
 With every figure: the roofline, the model's bytes per token over the read bandwidth verify_bench
-measures in the same run.
+measures in the same run; at a depth, the bytes of the f16 KV cache a token then reads are added.
 
 With --model / --gguf the batch-cost table is left out (verify_bench runs the default model only);
 the roofline is then each file's own bytes per decoded token, read from its tensor headers (every
@@ -28,7 +29,7 @@ the tokens first differ and how close the two engines' logits after the prompt a
 (dspark_tool_model).
 
     bench/llama_bench_side_by_side.py [--repeats 3] [--threads 2] [--llama-bench PATH]
-        [--model DIR --gguf FILE [--label TEXT] [--check-tokens N]]
+        [--depths 0,512,2048] [--model DIR --gguf FILE [--label TEXT] [--check-tokens N]]
 
 llama-bench comes from scripts/build_llama_bench.sh, built for this CPU from the llama.cpp source
 vendored in the llama-cpp-python sdist the tests pin; pass its path, or set LLAMA_BENCH.
@@ -215,6 +216,8 @@ def check_tokens(build, model_dir, gguf_path, threads, steps):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--depths", default="0,512",
+                        help="tokens of context before each tg128, comma-separated")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--llama-bench", default=os.environ.get("LLAMA_BENCH"))
     parser.add_argument("--build", default=str(ROOT / "build"),
@@ -232,26 +235,34 @@ def main():
     binary = str(pathlib.Path(args.build) / "dspark")
     model_dir = pathlib.Path(args.model) if args.model else MODEL_DIR
     gguf_path = pathlib.Path(args.gguf) if args.gguf else smollm2_gguf()
+    depths = sorted({int(d) for d in args.depths.split(",")})
     long_prompt = prompt_of(512, model_dir)
+    deep_prompts = {d: prompt_of(d, model_dir) for d in depths if d not in (0, 512)}
     rss = {"dspark": [], "llama.cpp": []} if args.model else {"dspark": None, "llama.cpp": None}
     if args.model:
         bandwidths = [doctor_bandwidth(binary)]
 
-    dspark = {"pp512": [], "tg128 d0": [], "tg128 d512": []}
-    llama = {"pp512": [], "tg128 d0": [], "tg128 d512": []}
+    names = ["pp512"] + [f"tg128 d{d}" for d in depths]
+    dspark = {name: [] for name in names}
+    llama = {name: [] for name in names}
     for _ in range(args.repeats):
-        tokens, prefill, decode_deep = dspark_generate(binary, long_prompt, 128, args.threads,
-                                                       model_dir, rss["dspark"])
+        tokens, prefill, decode_512 = dspark_generate(binary, long_prompt, 128, args.threads,
+                                                      model_dir, rss["dspark"])
         assert tokens == 512, tokens
-        _, _, decode_empty = dspark_generate(binary, "The", 128, args.threads, model_dir,
-                                             rss["dspark"])
         dspark["pp512"].append(prefill)
-        dspark["tg128 d512"].append(decode_deep)
-        dspark["tg128 d0"].append(decode_empty)
+        for depth in depths:
+            if depth == 512:
+                decode = decode_512
+            else:
+                prompt = deep_prompts[depth] if depth else "The"
+                _, _, decode = dspark_generate(binary, prompt, 128, args.threads, model_dir,
+                                               rss["dspark"])
+            dspark[f"tg128 d{depth}"].append(decode)
+        llama_depths = ",".join(map(str, sorted({0, *depths})))
         for test in llama_bench(args.llama_bench, gguf_path, args.threads, 1, "-p", "512", "-n",
-                                "128", "-d", "0,512", rss=rss["llama.cpp"]):
+                                "128", "-d", llama_depths, rss=rss["llama.cpp"]):
             if test["n_gen"] == 0 and test["n_depth"] != 0:
-                continue  # -d 0,512 also runs pp512 after 512 tokens: pp512 is the empty one
+                continue  # -d also runs pp512 after each depth: pp512 is the empty one
             name = (f"pp{test['n_prompt']}" if test["n_gen"] == 0
                     else f"tg{test['n_gen']} d{test['n_depth']}")
             if name in llama:
@@ -308,6 +319,10 @@ def main():
     megabytes = verify[1]["MB_weights"]
     bandwidth = verify[1]["bw_GBps"]
     roofline = bandwidth * 1000 / megabytes
+    config = json.loads((MODEL_DIR / "config.json").read_text())
+    # A token at depth d reads d keys and d values per layer and kv head, 2 bytes each (f16).
+    kv_megabytes_per_position = (config["num_hidden_layers"] * config["num_key_value_heads"] * 2 *
+                                 config["hidden_size"] // config["num_attention_heads"] * 2 / 1e6)
 
     print(f"default model (SmolLM2-135M-Instruct: GGUF Q4_1 / dspark's conversion), "
           f"{args.threads} threads, median of {args.repeats}")
@@ -317,7 +332,10 @@ def main():
     print("| --- | ---: | ---: | ---: | ---: |")
     for name in dspark:
         ours, theirs = statistics.median(dspark[name]), statistics.median(llama[name])
-        share = f"{ours / roofline:.0%}" if name.startswith("tg") else "–"
+        share = "–"
+        if name.startswith("tg"):
+            depth_megabytes = int(name.split(" d")[1]) * kv_megabytes_per_position
+            share = f"{ours * (megabytes + depth_megabytes) / 1000 / bandwidth:.0%}"
         print(f"| {name} | {ours:.1f} | {theirs:.1f} | {ours / theirs:.2f}× | {share} |")
     print("\n| rows N | dspark ms (every row's logits) | × N = 1 | llama.cpp ms (last row's) | "
           "× N = 1 |")
