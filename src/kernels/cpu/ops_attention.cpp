@@ -244,10 +244,24 @@ void causal_attention_batch_isa(Isa isa, const AttentionSequence* sequences, int
               widened.keys_f32.resize(size);
               widened.values_f32.resize(size);
             }
-            widen_f16(static_cast<const uint16_t*>(sequence.keys) + offset, kv_heads * head_dim,
-                      keys_in_block, head_dim, widened.keys_f32.data());
-            widen_f16(static_cast<const uint16_t*>(sequence.values) + offset, kv_heads * head_dim,
-                      keys_in_block, head_dim, widened.values_f32.data());
+            // From memory, like a decode row's reads (attention_impl.h: kKvRowsAhead), so the
+            // rows are widened in runs, each run fetching the next (verify_bench at 2,048 tokens
+            // of context, 4 rounds: width 8 1.13x, width 4 1.04x; prefill unchanged).
+            const int64_t stride = kv_heads * head_dim;
+            const auto* keys = static_cast<const uint16_t*>(sequence.keys) + offset;
+            const auto* values = static_cast<const uint16_t*>(sequence.values) + offset;
+            for (int64_t r0 = 0; r0 < keys_in_block; r0 += cpu::kKvRowsAhead) {
+              const int64_t n = std::min(cpu::kKvRowsAhead, keys_in_block - r0);
+              for (int64_t r = r0 + cpu::kKvRowsAhead;
+                   r < std::min(keys_in_block, r0 + 2 * cpu::kKvRowsAhead); ++r) {
+                cpu::prefetch_row(keys + r * stride, head_dim * 2);
+                cpu::prefetch_row(values + r * stride, head_dim * 2);
+              }
+              widen_f16(keys + r0 * stride, stride, n, head_dim,
+                        widened.keys_f32.data() + r0 * head_dim);
+              widen_f16(values + r0 * stride, stride, n, head_dim,
+                        widened.values_f32.data() + r0 * head_dim);
+            }
             widened.call = call;
             widened.keys = sequence.keys;
             widened.kv = kv;
