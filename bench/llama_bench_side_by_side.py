@@ -71,6 +71,17 @@ def prompt_of(tokens, model_dir=MODEL_DIR):
     return cut
 
 
+def depth_list(text):
+    """--depths: comma-separated token counts, each in [0, 65536]."""
+    try:
+        depths = sorted({int(part) for part in text.split(",")})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a comma-separated list of integers")
+    if depths[0] < 0 or depths[-1] > 65536:
+        raise argparse.ArgumentTypeError(f"'{text}': every depth must be in [0, 65536]")
+    return depths
+
+
 def run(command, rss=None, **kwargs):
     """subprocess.run; with rss (a list), under /usr/bin/time -v, appending the peak RSS in GB."""
     if rss is None:
@@ -216,7 +227,7 @@ def check_tokens(build, model_dir, gguf_path, threads, steps):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--depths", default="0,512",
+    parser.add_argument("--depths", type=depth_list, default="0,512",
                         help="tokens of context before each tg128, comma-separated")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--llama-bench", default=os.environ.get("LLAMA_BENCH"))
@@ -235,7 +246,7 @@ def main():
     binary = str(pathlib.Path(args.build) / "dspark")
     model_dir = pathlib.Path(args.model) if args.model else MODEL_DIR
     gguf_path = pathlib.Path(args.gguf) if args.gguf else smollm2_gguf()
-    depths = sorted({int(d) for d in args.depths.split(",")})
+    depths = args.depths
     long_prompt = prompt_of(512, model_dir)
     deep_prompts = {d: prompt_of(d, model_dir) for d in depths if d not in (0, 512)}
     rss = {"dspark": [], "llama.cpp": []} if args.model else {"dspark": None, "llama.cpp": None}
@@ -321,8 +332,9 @@ def main():
     roofline = bandwidth * 1000 / megabytes
     config = json.loads((MODEL_DIR / "config.json").read_text())
     # A token at depth d reads d keys and d values per layer and kv head, 2 bytes each (f16).
+    head_dim = config.get("head_dim", config["hidden_size"] // config["num_attention_heads"])
     kv_megabytes_per_position = (config["num_hidden_layers"] * config["num_key_value_heads"] * 2 *
-                                 config["hidden_size"] // config["num_attention_heads"] * 2 / 1e6)
+                                 head_dim * 2 / 1e6)
 
     print(f"default model (SmolLM2-135M-Instruct: GGUF Q4_1 / dspark's conversion), "
           f"{args.threads} threads, median of {args.repeats}")

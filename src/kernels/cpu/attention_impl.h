@@ -65,10 +65,15 @@ void widen_f16_rows_avx512(const uint16_t* src, int64_t stride, int64_t rows, in
 // between).
 constexpr int64_t kKvRowsAhead = 16;
 
-// Prefetches `bytes` bytes from `row` on into every cache level.
-inline void prefetch_row(const void* row, int64_t bytes) {
-  for (int64_t line = 0; line < bytes; line += 64) {
-    __builtin_prefetch(static_cast<const char*>(row) + line, 0, 3);
+// Prefetches rows [first, end) of `base` (rows `stride` values apart, `elements` values each) into
+// every cache level; nothing when the range is empty.
+template <typename T>
+inline void prefetch_rows(const T* base, int64_t first, int64_t end, int64_t stride,
+                          int64_t elements) {
+  const int64_t bytes = elements * static_cast<int64_t>(sizeof(T));
+  for (int64_t r = first; r < end; ++r) {
+    const char* row = reinterpret_cast<const char*>(base + r * stride);
+    for (int64_t line = 0; line < bytes; line += 64) __builtin_prefetch(row + line, 0, 3);
   }
 }
 

@@ -252,11 +252,10 @@ void causal_attention_batch_isa(Isa isa, const AttentionSequence* sequences, int
             const auto* values = static_cast<const uint16_t*>(sequence.values) + offset;
             for (int64_t r0 = 0; r0 < keys_in_block; r0 += cpu::kKvRowsAhead) {
               const int64_t n = std::min(cpu::kKvRowsAhead, keys_in_block - r0);
-              for (int64_t r = r0 + cpu::kKvRowsAhead;
-                   r < std::min(keys_in_block, r0 + 2 * cpu::kKvRowsAhead); ++r) {
-                cpu::prefetch_row(keys + r * stride, head_dim * 2);
-                cpu::prefetch_row(values + r * stride, head_dim * 2);
-              }
+              const int64_t ahead = r0 + cpu::kKvRowsAhead;
+              const int64_t ahead_end = std::min(keys_in_block, ahead + cpu::kKvRowsAhead);
+              cpu::prefetch_rows(keys, ahead, ahead_end, stride, head_dim);
+              cpu::prefetch_rows(values, ahead, ahead_end, stride, head_dim);
               widen_f16(keys + r0 * stride, stride, n, head_dim,
                         widened.keys_f32.data() + r0 * head_dim);
               widen_f16(values + r0 * stride, stride, n, head_dim,

@@ -75,9 +75,9 @@ void block_scores(const AttentionBlock& block) {
     if (tile.size() < static_cast<size_t>(8 * dim)) tile.resize(8 * dim);
   }
   for (int64_t first = 0; first < count; first += 8) {
-    const int64_t fetch_end = block.fetch_ahead ? std::min(count, first + kKvRowsAhead + 8) : 0;
-    for (int64_t ahead = first + kKvRowsAhead; ahead < fetch_end; ++ahead) {
-      prefetch_row(keys + ahead * block.kv_stride, dim * static_cast<int64_t>(sizeof(T)));
+    if (block.fetch_ahead) {
+      prefetch_rows(keys, first + kKvRowsAhead, std::min(count, first + kKvRowsAhead + 8),
+                    block.kv_stride, dim);
     }
     const float* key[8];
     const int64_t in_tile = std::min<int64_t>(8, count - first);
@@ -118,9 +118,9 @@ void accumulate_values(const AttentionBlock& block, int64_t g0, int64_t d0) {
   const float* p = block.scores + g0 * kAttentionKeyBlock;
   for (int64_t j = 0; j < block.count; ++j) {
     const T* value = static_cast<const T*>(block.values) + j * block.kv_stride + d0;
-    if (block.fetch_ahead && j + kKvRowsAhead < block.count) {
-      prefetch_row(value + kKvRowsAhead * block.kv_stride,
-                   8 * NC * static_cast<int64_t>(sizeof(T)));
+    if (block.fetch_ahead) {
+      prefetch_rows(static_cast<const T*>(block.values) + d0, j + kKvRowsAhead,
+                    std::min(j + kKvRowsAhead + 1, block.count), block.kv_stride, 8 * NC);
     }
     __m256 v[NC];
     for (int c = 0; c < NC; ++c) v[c] = load8(value + 8 * c);
