@@ -4,7 +4,7 @@
 // heads, head_dim 128). kv_bits: an fp32 or an f16 cache. BM_DecodeAttention reads one cache over
 // and over, from L2 or L3; BM_DecodeAttentionFromMemory reads many in turn, as a model's decode
 // step reads its layers' caches, each pushed out of the CPU caches by the others (and by the
-// weights) since the step before.
+// weights) since the step before; BM_RowsAttentionFromMemory does the same for a verify's rows.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -65,23 +65,24 @@ BENCHMARK(BM_DecodeAttention)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
-void BM_DecodeAttentionFromMemory(benchmark::State& state) {
-  const int64_t context = state.range(0), q_heads = 9, kv_heads = 3, dim = 64;
-  const auto kv_type =
-      state.range(1) == 16 ? dspark::kernels::KvType::f16 : dspark::kernels::KvType::f32;
+// `rows` query rows (1: a decode step; more: a verify) after `context - rows` positions, reading
+// enough caches in turn that together they are well past any L3 (at least 128 MiB).
+void attention_from_memory(benchmark::State& state, int64_t context, int64_t rows,
+                           dspark::kernels::KvType kv_type) {
+  const int64_t q_heads = 9, kv_heads = 3, dim = 64;
   const int64_t n = context * kv_heads * dim;
-  // Enough caches that together they are well past any L3 (at least 128 MiB).
   const int64_t cache_bytes = 2 * n * dspark::kernels::kv_type_bytes(kv_type);
   const int64_t layers = std::max<int64_t>(30, (int64_t{128} << 20) / cache_bytes + 1);
-  const std::vector<float> q = random_values(q_heads * dim, 1);
+  const std::vector<float> q = random_values(rows * q_heads * dim, 1);
   std::vector<BenchCache> caches;
   for (int64_t l = 0; l < layers; ++l) caches.emplace_back(kv_type, n);
-  std::vector<float> out(q_heads * dim);
+  std::vector<float> out(rows * q_heads * dim);
   int64_t layer = 0;
   for (auto _ : state) {
     const BenchCache& cache = caches[layer];
     const dspark::kernels::AttentionSequence sequence{
-        q.data(), 1, cache.keys.data(), cache.values.data(), context - 1, out.data(), kv_type};
+        q.data(),   rows,   cache.keys.data(), cache.values.data(), context - rows,
+        out.data(), kv_type};
     dspark::kernels::causal_attention_batch(&sequence, 1, q_heads, kv_heads, dim, 1.0f / 8.0f);
     benchmark::DoNotOptimize(out.data());
     layer = (layer + 1) % layers;
@@ -89,9 +90,27 @@ void BM_DecodeAttentionFromMemory(benchmark::State& state) {
   state.counters["cache_GBps"] = benchmark::Counter(static_cast<double>(cache_bytes),
                                                     benchmark::Counter::kIsIterationInvariantRate);
 }
+
+dspark::kernels::KvType kv_type_of(int64_t bits) {
+  return bits == 16 ? dspark::kernels::KvType::f16 : dspark::kernels::KvType::f32;
+}
+
+void BM_DecodeAttentionFromMemory(benchmark::State& state) {
+  attention_from_memory(state, state.range(0), 1, kv_type_of(state.range(1)));
+}
 BENCHMARK(BM_DecodeAttentionFromMemory)
     ->ArgNames({"context", "kv_bits"})
     ->ArgsProduct({{512, 2048, 8192}, {16, 32}})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+// A verify's rows, each layer's cache read from memory as in a decoding model.
+void BM_RowsAttentionFromMemory(benchmark::State& state) {
+  attention_from_memory(state, state.range(0), state.range(1), kv_type_of(state.range(2)));
+}
+BENCHMARK(BM_RowsAttentionFromMemory)
+    ->ArgNames({"context", "rows", "kv_bits"})
+    ->ArgsProduct({{2048, 8192}, {2, 3, 4, 8, 16}, {16}})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 

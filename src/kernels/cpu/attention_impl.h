@@ -33,9 +33,10 @@ struct AttentionBlock {
   // a tile of keys and a value row at a time, so its bits are those of the same values in fp32.
   KvType kv_type = KvType::f32;
   int64_t kv_stride = 0;
-  // The rows are read once, from a cache out of L2 (a decode row): fetch them kKvRowsAhead keys
-  // ahead. Rows that share a block (verify, prefill) find it in L2 after the first, or read a
-  // widened copy there, and the prefetches would only cost them (prefill 1.04x slower).
+  // The rows come from a cache out of L2 (a decode row, or the first row of a short verify):
+  // fetch them kKvRowsAhead keys ahead. The rows after the first of a verify or prefill find the
+  // block in L2, or read a widened copy there, and the prefetches would only cost them (prefill
+  // 1.04x slower).
   bool fetch_ahead = false;
   int64_t count = 0;  // keys in the block, 1..kAttentionKeyBlock
   int64_t group = 0;

@@ -122,11 +122,11 @@ void accumulate_values(const AttentionBlock& block, int64_t g0, int64_t d0) {
       prefetch_rows(static_cast<const T*>(block.values) + d0, j + kKvRowsAhead,
                     std::min(j + kKvRowsAhead + 1, block.count), block.kv_stride, 8 * NC);
     }
-    __m256 v[NC];
-    for (int c = 0; c < NC; ++c) v[c] = load8(value + 8 * c);
-    for (int g = 0; g < NG; ++g) {
-      const __m256 w = _mm256_set1_ps(p[g * kAttentionKeyBlock + j]);
-      for (int c = 0; c < NC; ++c) acc[g][c] = _mm256_fmadd_ps(w, v[c], acc[g][c]);
+    __m256 w[NG];
+    for (int g = 0; g < NG; ++g) w[g] = _mm256_set1_ps(p[g * kAttentionKeyBlock + j]);
+    for (int c = 0; c < NC; ++c) {
+      const __m256 v = load8(value + 8 * c);
+      for (int g = 0; g < NG; ++g) acc[g][c] = _mm256_fmadd_ps(w[g], v, acc[g][c]);
     }
   }
   for (int g = 0; g < NG; ++g) {
