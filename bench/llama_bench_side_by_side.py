@@ -247,6 +247,10 @@ def main():
     model_dir = pathlib.Path(args.model) if args.model else MODEL_DIR
     gguf_path = pathlib.Path(args.gguf) if args.gguf else smollm2_gguf()
     depths = args.depths
+    context = json.loads((model_dir / "config.json").read_text()).get("max_position_embeddings")
+    if context is not None and depths[-1] + 128 > context:
+        sys.exit(f"llama_bench_side_by_side: depth {depths[-1]} + 128 generated tokens is past "
+                 f"the model's context of {context} tokens ({model_dir})")
     long_prompt = prompt_of(512, model_dir)
     deep_prompts = {d: prompt_of(d, model_dir) for d in depths if d not in (0, 512)}
     rss = {"dspark": [], "llama.cpp": []} if args.model else {"dspark": None, "llama.cpp": None}
