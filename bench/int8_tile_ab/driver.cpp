@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
               "B min us", "B med", "B/A min", "B/A med");
   for (const Shape& shape : shapes) {
     const std::vector<MatrixCopy> copies = random_copies(shape, random);
-    for (int64_t m : {1, 2, 4, 8, 16}) {
+    for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 16}) {
       const Activations activations(m, shape, random);
       std::vector<float> y_a(m * shape.rows), y_b(m * shape.rows);
       std::vector<float*> rows_a(m), rows_b(m);

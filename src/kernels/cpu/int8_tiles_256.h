@@ -11,10 +11,10 @@
 // and 8 bits as 16-bit words with vpmaddwd (8-bit codes would saturate vpmaddubsw:
 // 2·255·127 > 32767). Every block of 32 inputs yields one exact int32 per row.
 //
-// One or two activation rows (decode, the shortest verify) multiply codes unpacked in registers (4
-// bits: two rows per vector), and a transposing vphadd tree gathers the 8 rows' sums into one
-// vector. Each tile's scales and biases come from the matrix's tile values when it has them
-// (quant.h), else from an 8 x 8 transpose per chunk of 8 groups. More rows (verify, prefill): a
+// Up to 8 activation rows (decode, a verify) multiply codes unpacked in registers (4 bits: two
+// rows per vector), up to 4 rows side by side, and a transposing vphadd tree gathers the 8 rows'
+// sums into one vector. Each tile's scales and biases come from the matrix's tile values when it
+// has them (quant.h), else from an 8 x 8 transpose per chunk of 8 groups. More rows (prefill): a
 // tile unpacks its 8 rows' codes one chunk of 8 groups at a time into an L1 buffer, interleaved so
 // that each row's sums build up in its own lane with no horizontal sums, and reuses them for every
 // activation row of a block of up to 64, 4 rows side by side, so an extra activation row costs the
@@ -45,9 +45,13 @@ constexpr int64_t kChunkGroups = 8;
 // Activation rows whose accumulators a tile keeps while it passes over its weights once. A larger
 // batch (prefill) passes over the weights once per block, with the block's activations in L2.
 constexpr int64_t kActivationBlockRows = 64;
-// At most this many activation rows multiply codes unpacked in registers.
-constexpr int64_t kRegisterCodeRows = 2;
-// Activation rows that share a pass over a chunk's codes (the remainder goes 2, then 1, at a time).
+// At most this many activation rows multiply codes unpacked in registers, kRowsTogether at a time.
+// The codes come from L1 after the first pass, so the unpacking is all an extra pass costs; the
+// interleaved buffer costs its build and a store and load of every step. Zen 3,
+// scripts/int8_tile_ab.sh, medians against the buffer: 4-bit 0.87x at 3 rows, 0.90-0.94x at 4
+// and 1.00x at 8; the 8-bit head 0.74x at 3, 0.78x at 4, 0.89x at 8 (16 rows: 4-bit 1.05-1.14x).
+constexpr int64_t kRegisterCodeRows = 8;
+// Activation rows that share a pass over a chunk's codes (the remainder goes 3, 2 or 1 at a time).
 constexpr int kRowsTogether = 4;
 
 template <int Bits>
@@ -536,7 +540,7 @@ constexpr int kPrefetchTilesAhead = 1;
 
 // Output rows [row0, row0 + rows) (rows <= 8) against activation rows [i0, i1) (at most
 // kActivationBlockRows). Lanes past `rows` repeat row row0 and are not stored.
-template <int Bits, int BlocksPerGroup>
+template <int Bits, int BlocksPerGroup, bool ManyRows>
 void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t i1) {
   constexpr int kVectors = kCodeVectors<Bits>;
   constexpr int64_t group = BlocksPerGroup * kInt8Block;
@@ -544,10 +548,9 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
   const int64_t groups = w.cols / group;
   const int64_t total_groups = w.experts * w.rows * groups;
   const int64_t row_bytes = w.cols * Bits / 8;
-  // One or two activation rows multiply codes unpacked in registers (two rows share each
-  // unpacking); more share the codes through the interleaved L1 buffer, whose unpacking two rows
-  // do not repay (Zen 3, scripts/int8_tile_ab.sh: 2 rows 0.93-0.96x the time of the buffer).
-  const bool single = i1 - i0 <= kRegisterCodeRows;
+  // Up to kRegisterCodeRows activation rows multiply codes unpacked in registers (the rows of a
+  // pass share each unpacking); more share the codes through the interleaved L1 buffer.
+  const bool single = i1 - i0 <= (ManyRows ? kRegisterCodeRows : 2);
   const uint8_t* packed[kTileRows];
   int64_t first_group[kTileRows];
   for (int r = 0; r < kTileRows; ++r) {
@@ -712,23 +715,50 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
         _mm256_store_ps(bias_acc[i + r - i0], bias[r]);
       }
     };
-    if (values_in_loop) {
-      if (i1 - i0 == 2) {
-        rows_chunk.template operator()<2, true>(i0);
-      } else {
-        rows_chunk.template operator()<1, true>(i0);
+    if constexpr (ManyRows) {
+      int64_t i = i0;
+      for (; i + kRowsTogether <= i1; i += kRowsTogether) {
+        if (values_in_loop) {
+          rows_chunk.template operator()<kRowsTogether, true>(i);
+        } else {
+          rows_chunk.template operator()<kRowsTogether, false>(i);
+        }
       }
-      continue;
+      switch (i1 - i) {
+        case 3:
+          if (values_in_loop) {
+            rows_chunk.template operator()<3, true>(i);
+          } else {
+            rows_chunk.template operator()<3, false>(i);
+          }
+          break;
+        case 2:
+          if (values_in_loop) {
+            rows_chunk.template operator()<2, true>(i);
+          } else {
+            rows_chunk.template operator()<2, false>(i);
+          }
+          break;
+        case 1:
+          if (values_in_loop) {
+            rows_chunk.template operator()<1, true>(i);
+          } else {
+            rows_chunk.template operator()<1, false>(i);
+          }
+      }
+    } else {
+      if (values_in_loop) {
+        if (i1 - i0 == 2) {
+          rows_chunk.template operator()<2, true>(i0);
+        } else {
+          rows_chunk.template operator()<1, true>(i0);
+        }
+      } else if (i1 - i0 == 2) {
+        rows_chunk.template operator()<2, false>(i0);
+      } else {
+        rows_chunk.template operator()<1, false>(i0);
+      }
     }
-    int64_t i = i0;
-    for (; i + kRowsTogether <= i1; i += kRowsTogether) {
-      rows_chunk.template operator()<kRowsTogether, false>(i);
-    }
-    if (i + 2 <= i1) {
-      rows_chunk.template operator()<2, false>(i);
-      i += 2;
-    }
-    if (i < i1) rows_chunk.template operator()<1, false>(i);
   }
   for (int64_t i = i0; i < i1; ++i) {
     const __m256 y = _mm256_add_ps(_mm256_load_ps(acc[i - i0]), _mm256_load_ps(bias_acc[i - i0]));
@@ -747,7 +777,13 @@ void int8_rows_any(const Int8Task& task, int64_t row_begin, int64_t row_end) {
   for_each_int8_tile<kTileRows, kActivationBlockRows>(
       task, row_begin, row_end,
       [&]<int Bits, int Blocks>(int64_t row, int rows, int64_t i0, int64_t i1) {
-        int8_tile<Bits, Blocks>(task, row, rows, i0, i1);
+        // One or two rows (decode, a cap-1 verify) in a function of their own, compiled as before
+        // the wider passes were added (which changed its code: 1.5 % more instructions at m = 1).
+        if (i1 - i0 <= 2) {
+          int8_tile<Bits, Blocks, false>(task, row, rows, i0, i1);
+        } else {
+          int8_tile<Bits, Blocks, true>(task, row, rows, i0, i1);
+        }
       });
 }
 
