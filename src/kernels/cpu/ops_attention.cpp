@@ -178,7 +178,8 @@ std::atomic<int64_t> attention_calls{0};
 // Up to this many rows of a sequence read an f16 cache's key blocks as they lie, the first row from
 // memory and the others from L2, where more rows share one widened copy of each block. Measured on
 // a Zen 3 VM (attention_bench BM_RowsAttentionFromMemory, 2,048 tokens of context, 2 threads, 4
-// rounds): 2 rows 0.73x and 3 rows 0.78x the time of the widened copy, 4 rows the same.
+// rounds): 2 rows 0.73x and 3 rows 0.78x the time of the widened copy, 4 rows the same. The first
+// of these rows fetches ahead from an fp32 cache too (always read as it lies; not measured).
 constexpr int64_t kRowsReadingTheCache = 3;
 
 }  // namespace
