@@ -24,6 +24,11 @@ std::vector<float> random_values(int64_t n, uint32_t seed) {
   return values;
 }
 
+// kv_bits 16: an f16 cache, else fp32.
+dspark::kernels::KvType kv_type_of(int64_t bits) {
+  return bits == 16 ? dspark::kernels::KvType::f16 : dspark::kernels::KvType::f32;
+}
+
 // The cache as the model stores it: fp32, or f16 (kernels::store_kv).
 struct BenchCache {
   dspark::kernels::KvType type;
@@ -41,8 +46,7 @@ struct BenchCache {
 void BM_DecodeAttention(benchmark::State& state) {
   const int64_t context = state.range(0), q_heads = state.range(1), kv_heads = state.range(2),
                 dim = state.range(3);
-  const auto kv_type =
-      state.range(4) == 16 ? dspark::kernels::KvType::f16 : dspark::kernels::KvType::f32;
+  const auto kv_type = kv_type_of(state.range(4));
   const std::vector<float> q = random_values(q_heads * dim, 1);
   const BenchCache cache(kv_type, context * kv_heads * dim);
   std::vector<float> out(q_heads * dim);
@@ -91,10 +95,6 @@ void attention_from_memory(benchmark::State& state, int64_t context, int64_t row
                                                     benchmark::Counter::kIsIterationInvariantRate);
 }
 
-dspark::kernels::KvType kv_type_of(int64_t bits) {
-  return bits == 16 ? dspark::kernels::KvType::f16 : dspark::kernels::KvType::f32;
-}
-
 void BM_DecodeAttentionFromMemory(benchmark::State& state) {
   attention_from_memory(state, state.range(0), 1, kv_type_of(state.range(1)));
 }
@@ -118,8 +118,7 @@ BENCHMARK(BM_RowsAttentionFromMemory)
 // one call share the context's key blocks).
 void BM_RowsAttention(benchmark::State& state) {
   const int64_t past = state.range(0), rows = state.range(1), q_heads = 9, kv_heads = 3, dim = 64;
-  const auto kv_type =
-      state.range(2) == 16 ? dspark::kernels::KvType::f16 : dspark::kernels::KvType::f32;
+  const auto kv_type = kv_type_of(state.range(2));
   const std::vector<float> q = random_values(rows * q_heads * dim, 1);
   const BenchCache cache(kv_type, (past + rows) * kv_heads * dim);
   std::vector<float> out(rows * q_heads * dim);

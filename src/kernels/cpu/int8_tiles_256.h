@@ -51,6 +51,8 @@ constexpr int64_t kActivationBlockRows = 64;
 // scripts/int8_tile_ab.sh, medians against the buffer: 4-bit 0.87x at 3 rows, 0.90-0.94x at 4
 // and 1.00x at 8; the 8-bit head 0.74x at 3, 0.78x at 4, 0.89x at 8 (16 rows: 4-bit 1.05-1.14x).
 constexpr int64_t kRegisterCodeRows = 8;
+// Up to this many activation rows run in int8_tile<..., ManyRows = false> (see int8_rows_any).
+constexpr int64_t kFewRows = 2;
 // Activation rows that share a pass over a chunk's codes (the remainder goes 3, 2 or 1 at a time).
 constexpr int kRowsTogether = 4;
 
@@ -550,7 +552,7 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
   const int64_t row_bytes = w.cols * Bits / 8;
   // Up to kRegisterCodeRows activation rows multiply codes unpacked in registers (the rows of a
   // pass share each unpacking); more share the codes through the interleaved L1 buffer.
-  const bool single = i1 - i0 <= (ManyRows ? kRegisterCodeRows : 2);
+  const bool single = !ManyRows || i1 - i0 <= kRegisterCodeRows;
   const uint8_t* packed[kTileRows];
   int64_t first_group[kTileRows];
   for (int r = 0; r < kTileRows; ++r) {
@@ -763,8 +765,8 @@ void int8_rows_any(const Int8Task& task, int64_t row_begin, int64_t row_end) {
       [&]<int Bits, int Blocks>(int64_t row, int rows, int64_t i0, int64_t i1) {
         // One or two rows (decode, a cap-1 verify) in a function of their own: with the wider
         // passes in the same function, GCC's code for them took 1.4 % more instructions at m = 1
-        // (callgrind, the default model); apart, 2 % fewer.
-        if (i1 - i0 <= 2) {
+        // (callgrind, the default model); apart, 3 % fewer.
+        if (i1 - i0 <= kFewRows) {
           int8_tile<Bits, Blocks, false>(task, row, rows, i0, i1);
         } else {
           int8_tile<Bits, Blocks, true>(task, row, rows, i0, i1);
