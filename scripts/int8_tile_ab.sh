@@ -5,11 +5,13 @@
 # default model's matrix shapes and checks that their outputs are bit-identical (exit 1 if not).
 # Needs the Release build (build/, or DSPARK_BUILD) for the kernels library.
 #
-#   scripts/int8_tile_ab.sh [REV] [ROUNDS]
+#   scripts/int8_tile_ab.sh [REV] [ROUNDS] [WORKING_SET_MIB]   (64: weights from memory; 1: from
+#                                                              caches, the compute cost alone)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rev="${1:-HEAD}"
 rounds="${2:-20}"
+working_set="${3:-64}"
 build="${DSPARK_BUILD:-build}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
@@ -26,4 +28,4 @@ wait
 g++ "$work/driver.o" "$work/a.o" "$work/b.o" "$build/libdspark_kernels.a" "$build/libdspark_base.a" \
   "$build/libdspark_tensor.a" -lfmt -lpthread -o "$work/int8_tile_ab"
 echo "A = $rev, B = ${B_DIR:-the working tree}"
-"$work/int8_tile_ab" "$rounds"
+"$work/int8_tile_ab" "$rounds" "$working_set"

@@ -5,10 +5,13 @@
 //
 // Matrices: the default model's (SmolLM2-135M) 4-bit group-32 gate and down projections and an
 // eighth of its 8-bit tied head, bf16 scales, tile values packed as the loader packs them, enough
-// copies (>= 64 MiB) that the weights come from memory, and 4-bit tile codes (a version of the
-// tiles that predates them ignores them). One thread.
+// copies (>= 64 MiB, or the working set asked for) that the weights come from memory, and 4-bit
+// tile codes (a version of the tiles that predates them ignores them). One thread. A working set
+// of 1 MiB keeps two copies of each matrix in L2 and L3: the kernels' compute cost alone, which
+// a machine with more memory bandwidth per core than this one's would see.
 //
-//   int8_tile_ab [rounds]      min and median microseconds per product of each side, B / A
+//   int8_tile_ab [rounds] [working set MiB]
+//       min and median microseconds per product of each side, B / A
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -45,11 +48,12 @@ struct MatrixCopy {
   QuantMatrix w;
 };
 
-std::vector<MatrixCopy> random_copies(const Shape& shape, std::mt19937& random) {
-  constexpr int64_t kGroup = 32, kWorkingSet = int64_t{64} << 20;
+std::vector<MatrixCopy> random_copies(const Shape& shape, int64_t working_set,
+                                      std::mt19937& random) {
+  constexpr int64_t kGroup = 32;
   const int64_t packed_bytes = shape.rows * shape.cols * shape.bits / 8;
   const int64_t groups = shape.rows * shape.cols / kGroup;
-  std::vector<MatrixCopy> copies(std::max<int64_t>(2, kWorkingSet / packed_bytes));
+  std::vector<MatrixCopy> copies(std::max<int64_t>(2, working_set / packed_bytes));
   for (MatrixCopy& copy : copies) {
     copy.packed.resize(packed_bytes);
     for (uint8_t& byte : copy.packed) byte = static_cast<uint8_t>(random());
@@ -87,6 +91,8 @@ struct Activations {
   std::vector<float> block_scales, xsums;
   std::vector<const int8_t*> x8_rows;
   std::vector<const float*> scale_rows, xsum_rows;
+  std::vector<SpreadVector> spread;
+  std::vector<const uint8_t*> spread_rows;  // as quant.cpp makes them: for at most kSpreadRows
 
   Activations(int64_t m, const Shape& shape, std::mt19937& random) {
     const int64_t blocks = shape.cols / kInt8Block;
@@ -109,6 +115,13 @@ struct Activations {
       scale_rows.push_back(scales);
       xsum_rows.push_back(xsums.data() + i * blocks);
     }
+    if (m <= kSpreadRows && shape.bits == 4) {
+      spread.resize(m * shape.cols / 4);
+      for (int64_t i = 0; i < m; ++i) {
+        spread_activations_avx2(x8_rows[i], shape.cols, spread.data() + i * shape.cols / 4);
+        spread_rows.push_back(spread[i * shape.cols / 4].bytes);
+      }
+    }
   }
 
   Int8Task task(const QuantMatrix& w, float* const* y) const {
@@ -119,6 +132,7 @@ struct Activations {
     t.block_scales = scale_rows.data();
     t.xsums = xsum_rows.data();
     t.y = y;
+    t.spread = spread_rows.empty() ? nullptr : spread_rows.data();
     return t;
   }
 };
@@ -127,6 +141,8 @@ struct Activations {
 
 int main(int argc, char** argv) {
   const int rounds = argc > 1 ? std::max(1, std::atoi(argv[1])) : 20;
+  const int64_t working_set =
+      (argc > 2 ? std::max(1, std::atoi(argv[2])) : 64) * (int64_t{1} << 20);
   const Shape shapes[] = {{"gate 1536x576 b4", 4, 1536, 576},
                           {"down 576x1536 b4", 4, 576, 1536},
                           {"head/8 6144x576 b8", 8, 6144, 576}};
@@ -135,7 +151,7 @@ int main(int argc, char** argv) {
   std::printf("%-20s %3s  %9s %9s  %9s %9s  %8s %8s\n", "matrix", "m", "A min us", "A med",
               "B min us", "B med", "B/A min", "B/A med");
   for (const Shape& shape : shapes) {
-    const std::vector<MatrixCopy> copies = random_copies(shape, random);
+    const std::vector<MatrixCopy> copies = random_copies(shape, working_set, random);
     for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 16}) {
       const Activations activations(m, shape, random);
       std::vector<float> y_a(m * shape.rows), y_b(m * shape.rows);

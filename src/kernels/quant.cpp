@@ -146,10 +146,22 @@ struct Int8Activations {
   std::vector<const int8_t*> x8_rows;
   std::vector<const float*> scale_rows;
   std::vector<const float*> sum_rows;
+  std::vector<cpu::SpreadVector> spread;
+  std::vector<const uint8_t*> spread_rows;  // empty when the rows are not spread
 };
 
+// Whether the activations of a product whose tasks have at most `task_rows` rows each, m in all,
+// are spread for `table`'s kernel (quant_impl.h). The bound on m keeps a gathered product's
+// spread rows in L2.
+bool spreads_activations(const cpu::KernelTable& table, const QuantMatrix& w, int64_t m,
+                         int64_t task_rows) {
+  constexpr int64_t kMaxSpreadRows = 16;
+  return table.spread_activations != nullptr && w.format.bits == 4 && w.tile_codes != nullptr &&
+         task_rows <= cpu::kSpreadRows && m <= kMaxSpreadRows;
+}
+
 void prepare_int8_activations(const cpu::KernelTable& table, const float* x, int64_t m,
-                              const QuantMatrix& w, Int8Activations& out) {
+                              const QuantMatrix& w, bool spread, Int8Activations& out) {
   const int64_t cols = w.cols;
   const int64_t group = w.format.group_size;
   const int64_t groups = w.groups_per_row();
@@ -189,6 +201,20 @@ void prepare_int8_activations(const cpu::KernelTable& table, const float* x, int
     out.scale_rows[i] = scales;
     out.sum_rows[i] = sums;
   }
+  out.spread_rows.clear();
+  if (!spread) return;
+  const int64_t vectors = cols * cpu::kSpreadBytesPerInput / 32;
+  grow(out.spread, m * vectors);
+  for (int64_t i = 0; i < m; ++i) {
+    cpu::SpreadVector* row = out.spread.data() + i * vectors;
+    table.spread_activations(out.x8_rows[i], cols, row);
+    out.spread_rows.push_back(row->bytes);
+  }
+}
+
+// The prepared rows' spread, or null when they are not spread.
+const uint8_t* const* spread_rows_or_null(const Int8Activations& prepared) {
+  return prepared.spread_rows.empty() ? nullptr : prepared.spread_rows.data();
 }
 
 Numerics numerics_from_environment() {
@@ -820,14 +846,15 @@ void qmatmul_numerics(Numerics numerics, Isa isa, const float* x, int64_t m, con
   const int64_t grain = row_grain(w.cols, m);
   if (numerics == Numerics::int8) {
     thread_local Int8Activations prepared;
-    prepare_int8_activations(table, x, m, w, prepared);
+    prepare_int8_activations(table, x, m, w, spreads_activations(table, w, m, m), prepared);
     const cpu::Int8Task task{&w,
                              expert,
                              m,
                              prepared.x8_rows.data(),
                              prepared.scale_rows.data(),
                              prepared.sum_rows.data(),
-                             y_rows.data()};
+                             y_rows.data(),
+                             spread_rows_or_null(prepared)};
     default_pool().parallel_for(
         w.rows, grain, [&](int64_t begin, int64_t end, int) { table.int8_rows(task, begin, end); });
     return;
@@ -878,7 +905,13 @@ void qmatmul_shared(const float* x, int64_t m, const SharedInputProduct* product
     return;
   }
   thread_local Int8Activations prepared;
-  prepare_int8_activations(*tables[0], x, m, first, prepared);
+  // Spread rows are made by the first table's function: every table that reads them shares it.
+  bool spread = false;
+  for (int64_t k = 0; k < count; ++k) {
+    spread = spread || spreads_activations(*tables[k], *products[k].w, m, m);
+  }
+  spread = spread && tables[0]->spread_activations != nullptr;
+  prepare_int8_activations(*tables[0], x, m, first, spread, prepared);
   std::vector<float*> y_rows(count * m);
   std::vector<cpu::Int8Task> tasks(count);
   std::vector<int64_t> row_offsets(count + 1, 0);
@@ -891,7 +924,8 @@ void qmatmul_shared(const float* x, int64_t m, const SharedInputProduct* product
                 prepared.x8_rows.data(),
                 prepared.scale_rows.data(),
                 prepared.sum_rows.data(),
-                y_rows.data() + k * m};
+                y_rows.data() + k * m,
+                tables[k]->spread_activations != nullptr ? spread_rows_or_null(prepared) : nullptr};
     row_offsets[k + 1] = row_offsets[k] + w.rows;
   }
   const int64_t grain = row_grain(first.cols, m);
@@ -948,12 +982,19 @@ void gather_qmatmul_numerics(Numerics numerics, Isa isa, const float* x, int64_t
   PreparedActivations prepared;
   thread_local Int8Activations prepared_int8;
   if (int8) {
-    prepare_int8_activations(table, x, m, w, prepared_int8);
+    int64_t most_rows = 0;
+    for (const ExpertSegment& segment : segments) {
+      most_rows = std::max(most_rows, static_cast<int64_t>(segment.rows.size()));
+    }
+    prepare_int8_activations(table, x, m, w, spreads_activations(table, w, m, most_rows),
+                             prepared_int8);
   } else {
     prepare_activations(x, m, w, prepared);
   }
   std::vector<const float*> x_rows(m), slot_rows(m), sum_rows(m), scale_rows(m);
   std::vector<const int8_t*> x8_rows(m);
+  const bool spread = int8 && !prepared_int8.spread_rows.empty();
+  std::vector<const uint8_t*> spread_rows(spread ? m : 0);
   std::vector<float*> y_rows(m);
   std::vector<cpu::QuantTask> tasks(count);
   std::vector<cpu::Int8Task> int8_tasks(count);
@@ -965,6 +1006,7 @@ void gather_qmatmul_numerics(Numerics numerics, Isa isa, const float* x, int64_t
       y_rows[offset + k] = y + r * w.rows;
       if (int8) {
         x8_rows[offset + k] = prepared_int8.x8_rows[r];
+        if (spread) spread_rows[offset + k] = prepared_int8.spread_rows[r];
         scale_rows[offset + k] = prepared_int8.scale_rows[r];
         sum_rows[offset + k] = prepared_int8.sum_rows[r];
       } else {
@@ -986,7 +1028,8 @@ void gather_qmatmul_numerics(Numerics numerics, Isa isa, const float* x, int64_t
                      x8_rows.data() + offset,
                      scale_rows.data() + offset,
                      sum_rows.data() + offset,
-                     y_rows.data() + offset};
+                     y_rows.data() + offset,
+                     spread ? spread_rows.data() + offset : nullptr};
     offset += rows;
   }
   const auto items = gather_items(segments, w.rows, row_grain(w.cols, m / count));

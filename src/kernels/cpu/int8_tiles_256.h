@@ -52,7 +52,7 @@ constexpr int64_t kActivationBlockRows = 64;
 // and 1.00x at 8; the 8-bit head 0.74x at 3, 0.78x at 4, 0.89x at 8 (16 rows: 4-bit 1.05-1.14x).
 constexpr int64_t kRegisterCodeRows = 8;
 // Up to this many activation rows run in int8_tile<..., ManyRows = false> (see int8_rows_any).
-constexpr int64_t kFewRows = 2;
+constexpr int64_t kFewRows = kSpreadRows;
 // Activation rows that share a pass over a chunk's codes (the remainder goes 3, 2 or 1 at a time).
 constexpr int kRowsTogether = 4;
 
@@ -373,6 +373,30 @@ __m256i interleaved_sums(const __m256i* steps, const void* activations) {
   }
 }
 
+// One or two activation rows against 4-bit tile codes read their activations spread (quant_impl.h),
+// so vpmaddubsw takes them straight from memory where a broadcast per step cost a dispatch slot of
+// its own: from caches the decode step's loop is bound by Zen 3's 6-wide dispatch, not by its
+// vector pipes.
+__attribute__((always_inline)) inline __m256i spread_sums(const __m256i* steps,
+                                                          const uint8_t* spread) {
+  const auto* x = reinterpret_cast<const __m256i*>(spread);
+#if defined(__AVXVNNI__)
+  __m256i sums[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+#pragma GCC unroll 8
+  for (int s = 0; s < kSteps<4>; ++s) {
+    sums[s % 2] = _mm256_dpbusd_avx_epi32(sums[s % 2], steps[s], _mm256_load_si256(x + s));
+  }
+  return _mm256_add_epi32(sums[0], sums[1]);
+#else
+  __m256i words = _mm256_setzero_si256();
+#pragma GCC unroll 8
+  for (int s = 0; s < kSteps<4>; ++s) {
+    words = _mm256_add_epi16(words, _mm256_maddubs_epi16(steps[s], _mm256_load_si256(x + s)));
+  }
+  return _mm256_madd_epi16(words, _mm256_set1_epi16(1));
+#endif
+}
+
 // v[g] 16-bit word r = a[r] word g, in each 128-bit lane, for 8 x 8 matrices of words.
 __attribute__((always_inline)) inline void transpose8x8_words(const __m256i* a, __m256i* v) {
   // pairs[k] (pairs[4 + k]): rows 2k, 2k + 1 interleaved over words 0-3 (4-7).
@@ -505,12 +529,13 @@ void load_tile_values(const QuantMatrix& w, const int64_t* first_group, int64_t 
 }
 
 // One group's tile values (quant.h) as fp32 vectors of the tile's 8 scales and 8 biases.
-__attribute__((always_inline)) inline void tile_group_values(DType dtype, const uint8_t* group,
-                                                             __m256& scale, __m256& bias) {
-  if (dtype == DType::F32) {
+template <DType D>
+__attribute__((always_inline)) inline void tile_group_values(const uint8_t* group, __m256& scale,
+                                                             __m256& bias) {
+  if constexpr (D == DType::F32) {
     scale = _mm256_loadu_ps(reinterpret_cast<const float*>(group));
     bias = _mm256_loadu_ps(reinterpret_cast<const float*>(group + 32));
-  } else if (dtype == DType::F16) {
+  } else if constexpr (D == DType::F16) {
     scale = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(group)));
     bias = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(group + 16)));
   } else {
@@ -520,15 +545,48 @@ __attribute__((always_inline)) inline void tile_group_values(DType dtype, const 
   }
 }
 
+// Where a pass over a chunk reads each group's scales and biases: the chunk's arrays, or the tile
+// values of a dtype known in the loop (the few-rows passes, where a test per group cost decode
+// slots) or switched on there.
+enum class ValueSource { chunk_arrays, tile_any, tile_f32, tile_f16, tile_bf16 };
+
+template <ValueSource S>
+__attribute__((always_inline)) inline void group_values_from_tile(DType dtype, const uint8_t* group,
+                                                                  __m256& scale, __m256& bias) {
+  if constexpr (S == ValueSource::tile_f32) {
+    tile_group_values<DType::F32>(group, scale, bias);
+  } else if constexpr (S == ValueSource::tile_f16) {
+    tile_group_values<DType::F16>(group, scale, bias);
+  } else if constexpr (S == ValueSource::tile_bf16) {
+    tile_group_values<DType::BF16>(group, scale, bias);
+  } else if (dtype == DType::F32) {
+    tile_group_values<DType::F32>(group, scale, bias);
+  } else if (dtype == DType::F16) {
+    tile_group_values<DType::F16>(group, scale, bias);
+  } else {
+    tile_group_values<DType::BF16>(group, scale, bias);
+  }
+}
+
 // The tile values of `count` groups from `values` on, as load_tile_values leaves them.
 void read_tile_values(DType dtype, const uint8_t* values, int64_t count, float (*scales)[kTileRows],
                       float (*biases)[kTileRows]) {
   const int64_t group_bytes = tile_value_group_bytes(dtype);
-  for (int64_t g = 0; g < count; ++g) {
-    __m256 scale, bias;
-    tile_group_values(dtype, values + g * group_bytes, scale, bias);
-    _mm256_store_ps(scales[g], scale);
-    _mm256_store_ps(biases[g], bias);
+  const auto read = [&]<DType D>() {
+    for (int64_t g = 0; g < count; ++g) {
+      __m256 scale, bias;
+      tile_group_values<D>(values + g * group_bytes, scale, bias);
+      _mm256_store_ps(scales[g], scale);
+      _mm256_store_ps(biases[g], bias);
+    }
+  };
+  switch (dtype) {
+    case DType::F32:
+      return read.template operator()<DType::F32>();
+    case DType::F16:
+      return read.template operator()<DType::F16>();
+    default:
+      return read.template operator()<DType::BF16>();
   }
 }
 
@@ -627,6 +685,7 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
     // to the chunk's arrays first cost a store and a load per vector (5 % of a decode step on Zen
     // 3); several rows share the arrays.
     const bool values_in_loop = tile_values != nullptr && single;
+    const bool spread_codes = task.spread != nullptr && chunk_codes != nullptr;
     if (tile_values != nullptr && !single) {
       read_tile_values(w.scale_dtype, tile_values + g0 * group_value_bytes, chunk_groups, scales,
                        biases);
@@ -641,7 +700,8 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
     // vector and run R independent float sequences side by side, which the out-of-order core
     // overlaps (measured on Zen 3, scripts/int8_tile_ab.sh: 4 rows at a time 0.82-0.85x the time of
     // one at a time for 8 and 16 rows, 2 at a time 0.91x).
-    auto rows_chunk = [&]<int R, bool ValuesInLoop>(int64_t i) __attribute__((always_inline)) {
+    auto rows_chunk = [&]<int R, ValueSource Values, bool Spread>(int64_t i)
+        __attribute__((always_inline)) {
       const int8_t* x8[R];
       const float* d[R];
       const float* xsums[R];
@@ -662,6 +722,12 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
       // The block's 8 rows' sums: codes unpacked here, or interleaved in the buffer.
       auto sums = [&](int64_t b, int r) __attribute__((always_inline)) {
         if (single) {
+          if constexpr (Spread) {
+            __m256i steps[kSteps<Bits>];
+            steps_from_tile_codes(chunk_codes + b * kTileCodeBytes, steps);
+            return _mm256_cvtepi32_ps(spread_sums(
+                steps, task.spread[i + r] + (c0 + b * kInt8Block) * kSpreadBytesPerInput));
+          }
           if constexpr (Bits == 4) {
             if (chunk_codes != nullptr) {
               __m256i steps[kSteps<Bits>];
@@ -694,9 +760,9 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
       for (int64_t g = 0; g < chunk_groups; ++g) {
         const int64_t b0 = g * BlocksPerGroup;
         __m256 scale, group_bias;
-        if constexpr (ValuesInLoop) {
-          tile_group_values(w.scale_dtype, tile_values + (g0 + g) * group_value_bytes, scale,
-                            group_bias);
+        if constexpr (Values != ValueSource::chunk_arrays) {
+          group_values_from_tile<Values>(w.scale_dtype, tile_values + (g0 + g) * group_value_bytes,
+                                         scale, group_bias);
         } else {
           scale = _mm256_load_ps(scales[g]);
           group_bias = _mm256_load_ps(biases[g]);
@@ -719,10 +785,25 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
     };
     // A pass of R rows, with the tile values read in the group loop or from the chunk's arrays.
     auto pass = [&]<int R>(int64_t i) __attribute__((always_inline)) {
-      if (values_in_loop) {
-        rows_chunk.template operator()<R, true>(i);
+      if (!values_in_loop)
+        return rows_chunk.template operator()<R, ValueSource::chunk_arrays, false>(i);
+      if constexpr (ManyRows) {
+        rows_chunk.template operator()<R, ValueSource::tile_any, false>(i);
       } else {
-        rows_chunk.template operator()<R, false>(i);
+        const auto with_values = [&]<ValueSource Values>() __attribute__((always_inline)) {
+          if constexpr (Bits == 4) {
+            if (spread_codes) return rows_chunk.template operator()<R, Values, true>(i);
+          }
+          rows_chunk.template operator()<R, Values, false>(i);
+        };
+        switch (w.scale_dtype) {
+          case DType::F32:
+            return with_values.template operator()<ValueSource::tile_f32>();
+          case DType::F16:
+            return with_values.template operator()<ValueSource::tile_f16>();
+          default:
+            return with_values.template operator()<ValueSource::tile_bf16>();
+        }
       }
     };
     if constexpr (ManyRows) {

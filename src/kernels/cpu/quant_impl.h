@@ -93,6 +93,8 @@ struct Int8Task {
   const float* const* block_scales = nullptr;  // m rows of cols / 32 values d_b
   const float* const* xsums = nullptr;         // m rows of groups_per_row values
   float* const* y = nullptr;
+  // Null, or m rows of the activations spread (KernelTable::spread_activations).
+  const uint8_t* const* spread = nullptr;
 };
 
 // Tile values (quant.h): per tile of kTileValueRows rows and group, 16 values of the scale dtype.
@@ -130,6 +132,16 @@ constexpr int64_t kInt8Block = 32;
 constexpr int64_t kTileCodeVectors = 4;
 constexpr int64_t kTileCodeBytes = kTileCodeVectors * 32;
 
+// Activation rows spread for the 256-bit tiles' passes of one or two rows over 4-bit tile codes:
+// each dword of x8 repeated in all 8 dwords of a 32-byte vector, so that vpmaddubsw reads the
+// activations of a step straight from memory. Made once per product, by the calling thread, when
+// the table reads them and no task of the product has more than kSpreadRows rows.
+constexpr int64_t kSpreadRows = 2;
+constexpr int64_t kSpreadBytesPerInput = 8;
+struct alignas(32) SpreadVector {
+  uint8_t bytes[32];
+};
+
 struct KernelTable {
   void (*quant_rows)(const QuantTask& task, int64_t row_begin, int64_t row_end);
   void (*int8_rows)(const Int8Task& task, int64_t row_begin, int64_t row_end);
@@ -147,12 +159,16 @@ struct KernelTable {
   // Reads `bytes` bytes (a multiple of 256) as fast as the ISA allows; the result only defeats
   // dead-code elimination. Used by the read-bandwidth probe.
   uint64_t (*read_sweep)(const uint8_t* data, int64_t bytes);
+  // x8[cols] (in quantize_activations' order) spread into out[cols / 4]; null where int8_rows
+  // does not read spread activations.
+  void (*spread_activations)(const int8_t* x8, int64_t cols, SpreadVector* out);
 };
 
 // The AVX2 int8 kernels, which the AVX-512 table also uses (every AVX-512 CPU runs them).
 void int8_rows_avx2(const Int8Task& task, int64_t row_begin, int64_t row_end);
 void quantize_activations_avx2(const float* x, int64_t cols, int bits, int8_t* x8,
                                float* block_scales);
+void spread_activations_avx2(const int8_t* x8, int64_t cols, SpreadVector* out);
 // The AVX-VNNI int8 kernel (the AVX2 tiles on vpdpbusd / vpdpwssd) and the AVX-512 VNNI one; both
 // read activations in quantize_activations_avx2's order.
 void int8_rows_avxvnni(const Int8Task& task, int64_t row_begin, int64_t row_end);

@@ -271,13 +271,15 @@ uint64_t read_sweep_avx2(const uint8_t* data, int64_t bytes) {
 
 }  // namespace
 
-const KernelTable kAvx2Kernels = {
-    tiles::quant_rows<Avx2>, int8_rows_avx2,   quantize_activations_avx2,
-    tiles::dense_rows<Avx2>, bf16_to_f32_avx2, f16_to_f32_avx2,
-    f32_to_bf16_avx2,        f32_to_f16_avx2,  read_sweep_avx2};
-const KernelTable kAvxVnniKernels = {
-    tiles::quant_rows<Avx2>, int8_rows_avxvnni, quantize_activations_avx2,
-    tiles::dense_rows<Avx2>, bf16_to_f32_avx2,  f16_to_f32_avx2,
-    f32_to_bf16_avx2,        f32_to_f16_avx2,   read_sweep_avx2};
+const KernelTable kAvx2Kernels = {tiles::quant_rows<Avx2>,   int8_rows_avx2,
+                                  quantize_activations_avx2, tiles::dense_rows<Avx2>,
+                                  bf16_to_f32_avx2,          f16_to_f32_avx2,
+                                  f32_to_bf16_avx2,          f32_to_f16_avx2,
+                                  read_sweep_avx2,           spread_activations_avx2};
+const KernelTable kAvxVnniKernels = {tiles::quant_rows<Avx2>,   int8_rows_avxvnni,
+                                     quantize_activations_avx2, tiles::dense_rows<Avx2>,
+                                     bf16_to_f32_avx2,          f16_to_f32_avx2,
+                                     f32_to_bf16_avx2,          f32_to_f16_avx2,
+                                     read_sweep_avx2,           spread_activations_avx2};
 
 }  // namespace dspark::kernels::cpu

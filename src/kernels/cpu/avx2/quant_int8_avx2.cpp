@@ -21,6 +21,14 @@ void int8_rows_avx2(const Int8Task& task, int64_t row_begin, int64_t row_end) {
   int8_rows_any(task, row_begin, row_end);
 }
 
+void spread_activations_avx2(const int8_t* x8, int64_t cols, SpreadVector* out) {
+  for (int64_t j = 0; j < cols / 4; ++j) {
+    _mm256_store_si256(reinterpret_cast<__m256i*>(out[j].bytes),
+                       _mm256_set1_epi32(static_cast<int>(
+                           load_u32(reinterpret_cast<const uint8_t*>(x8) + 4 * j))));
+  }
+}
+
 void quantize_activations_avx2(const float* x, int64_t cols, int bits, int8_t* x8,
                                float* block_scales) {
   const __m256 sign = _mm256_set1_ps(-0.0f);

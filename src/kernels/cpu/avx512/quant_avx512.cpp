@@ -230,13 +230,15 @@ uint64_t read_sweep_avx512(const uint8_t* data, int64_t bytes) {
 }  // namespace
 
 // Without VNNI the int8 entries are the AVX2 kernels, which every AVX-512 CPU runs.
-const KernelTable kAvx512Kernels = {
-    tiles::quant_rows<Avx512>, int8_rows_avx2,     quantize_activations_avx2,
-    tiles::dense_rows<Avx512>, bf16_to_f32_avx512, f16_to_f32_avx512,
-    f32_to_bf16_avx512,        f32_to_f16_avx512,  read_sweep_avx512};
-const KernelTable kAvx512VnniKernels = {
-    tiles::quant_rows<Avx512>, int8_rows_avx512vnni, quantize_activations_avx2,
-    tiles::dense_rows<Avx512>, bf16_to_f32_avx512,   f16_to_f32_avx512,
-    f32_to_bf16_avx512,        f32_to_f16_avx512,    read_sweep_avx512};
+const KernelTable kAvx512Kernels = {tiles::quant_rows<Avx512>, int8_rows_avx2,
+                                    quantize_activations_avx2, tiles::dense_rows<Avx512>,
+                                    bf16_to_f32_avx512,        f16_to_f32_avx512,
+                                    f32_to_bf16_avx512,        f32_to_f16_avx512,
+                                    read_sweep_avx512,         spread_activations_avx2};
+const KernelTable kAvx512VnniKernels = {tiles::quant_rows<Avx512>, int8_rows_avx512vnni,
+                                        quantize_activations_avx2, tiles::dense_rows<Avx512>,
+                                        bf16_to_f32_avx512,        f16_to_f32_avx512,
+                                        f32_to_bf16_avx512,        f32_to_f16_avx512,
+                                        read_sweep_avx512,         nullptr};
 
 }  // namespace dspark::kernels::cpu
