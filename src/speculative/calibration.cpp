@@ -13,6 +13,7 @@
 #include "base/error.h"
 #include "base/system_info.h"
 #include "base/thread_pool.h"
+#include "forward_fingerprint.h"
 #include "kernels/ops.h"
 #include "kernels/quant.h"
 
@@ -305,13 +306,13 @@ std::string calibration_key(const Model& target, const CalibrationOptions& optio
       break;
     }
   }
-  return fmt::format("v{}|cpu {}|{}|{}|kv {}|t{}|{}|{}|{}|{}|b{}|ctx{}|w{}", kSchemaVersion,
-                     cpu_features().model_name, kernels::isa_name(kernels::best_isa()),
-                     kernels::numerics_name(kernels::numerics()),
-                     kernels::kv_type_name(kernels::kv_cache_type()), default_pool().num_threads(),
-                     options.mode, options.target_name,
-                     options.drafter_name.empty() ? "-" : options.drafter_name, quant,
-                     target.decode_weight_bytes(), options.context, options.max_width);
+  return fmt::format(
+      "v{}|fw {}|cpu {}|{}|{}|kv {}|t{}|{}|{}|{}|{}|b{}|ctx{}|w{}", kSchemaVersion,
+      kForwardFingerprint, cpu_features().model_name, kernels::isa_name(kernels::best_isa()),
+      kernels::numerics_name(kernels::numerics()), kernels::kv_type_name(kernels::kv_cache_type()),
+      default_pool().num_threads(), options.mode, options.target_name,
+      options.drafter_name.empty() ? "-" : options.drafter_name, quant,
+      target.decode_weight_bytes(), options.context, options.max_width);
 }
 
 Calibration calibrate(const Model& target, const DrafterFactory& drafter,

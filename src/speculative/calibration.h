@@ -1,6 +1,6 @@
 #pragma once
 // Measures the costs the draft cap is derived from (docs/speculative.md §16.1) and caches them per
-// (machine, kernels, threads, mode, target, drafter, quantisation) in a JSON file
+// (build, machine, kernels, threads, mode, target, drafter, quantisation) in a JSON file
 // (~/.cache/dspark/calibration.json): verify milliseconds per width at a 512-token synthetic
 // context, drafter milliseconds per cap, the per-round overhead, and the verify slope with
 // context depth. Every timing at the 512-token context is 3 warm-ups then the median of 8
@@ -52,8 +52,10 @@ struct Calibration {
   std::optional<StaleCache> stale;
 };
 
-// The cache key: schema, CPU model, best ISA, threads, mode, target, drafter, quantisation and
-// the target's decode bytes (which change with any re-quantisation).
+// The cache key: schema, the forward's build (kForwardFingerprint: a hash of the forward's sources
+// and build flags, so that a build with other kernels measures its own costs), CPU model, best
+// ISA, threads, mode, target, drafter, quantisation and the target's decode bytes (which change
+// with any re-quantisation).
 std::string calibration_key(const Model& target, const CalibrationOptions& options);
 
 // Measures (or reads from the cache) the cost curves of `target` with the drafter `drafter`
