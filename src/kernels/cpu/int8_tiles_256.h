@@ -506,6 +506,19 @@ __attribute__((noinline)) void transpose_tile_values_near_end(const QuantMatrix&
   transpose_tile_values<D>(near_end[0], near_end[1], index, scales, biases);
 }
 
+// f.template operator()<D>() with D the scale dtype `dtype` (F32, F16, else BF16).
+template <typename F>
+__attribute__((always_inline)) inline void with_scale_dtype(DType dtype, const F& f) {
+  switch (dtype) {
+    case DType::F32:
+      return f.template operator()<DType::F32>();
+    case DType::F16:
+      return f.template operator()<DType::F16>();
+    default:
+      return f.template operator()<DType::BF16>();
+  }
+}
+
 // The tile's scales and biases of groups first_group[r] + g, g < 8 (values past a row's end are
 // whatever follows and never used); `in_bounds`: all of them lie inside the tensor.
 template <DType D>
@@ -518,14 +531,9 @@ void load_tile_values_typed(const QuantMatrix& w, const int64_t* first_group, in
 
 void load_tile_values(const QuantMatrix& w, const int64_t* first_group, int64_t total,
                       bool in_bounds, float (*scales)[kTileRows], float (*biases)[kTileRows]) {
-  switch (w.scale_dtype) {
-    case DType::F32:
-      return load_tile_values_typed<DType::F32>(w, first_group, total, in_bounds, scales, biases);
-    case DType::F16:
-      return load_tile_values_typed<DType::F16>(w, first_group, total, in_bounds, scales, biases);
-    default:
-      return load_tile_values_typed<DType::BF16>(w, first_group, total, in_bounds, scales, biases);
-  }
+  with_scale_dtype(w.scale_dtype, [&]<DType D>() {
+    load_tile_values_typed<D>(w, first_group, total, in_bounds, scales, biases);
+  });
 }
 
 // One group's tile values (quant.h) as fp32 vectors of the tile's 8 scales and 8 biases.
@@ -546,25 +554,17 @@ __attribute__((always_inline)) inline void tile_group_values(const uint8_t* grou
 }
 
 // Where a pass over a chunk reads each group's scales and biases: the chunk's arrays, or the tile
-// values of a dtype known in the loop (the few-rows passes, where a test per group cost decode
-// slots) or switched on there.
-enum class ValueSource { chunk_arrays, tile_any, tile_f32, tile_f16, tile_bf16 };
+// values, of the dtype D known in the loop (the few-rows passes, where a test per group cost
+// decode slots) or of one switched on there (tile_any).
+enum class ValueSource { chunk_arrays, tile_any, tile_typed };
 
-template <ValueSource S>
+template <ValueSource S, DType D>
 __attribute__((always_inline)) inline void group_values_from_tile(DType dtype, const uint8_t* group,
                                                                   __m256& scale, __m256& bias) {
-  if constexpr (S == ValueSource::tile_f32) {
-    tile_group_values<DType::F32>(group, scale, bias);
-  } else if constexpr (S == ValueSource::tile_f16) {
-    tile_group_values<DType::F16>(group, scale, bias);
-  } else if constexpr (S == ValueSource::tile_bf16) {
-    tile_group_values<DType::BF16>(group, scale, bias);
-  } else if (dtype == DType::F32) {
-    tile_group_values<DType::F32>(group, scale, bias);
-  } else if (dtype == DType::F16) {
-    tile_group_values<DType::F16>(group, scale, bias);
+  if constexpr (S == ValueSource::tile_typed) {
+    tile_group_values<D>(group, scale, bias);
   } else {
-    tile_group_values<DType::BF16>(group, scale, bias);
+    with_scale_dtype(dtype, [&]<DType E>() { tile_group_values<E>(group, scale, bias); });
   }
 }
 
@@ -572,22 +572,14 @@ __attribute__((always_inline)) inline void group_values_from_tile(DType dtype, c
 void read_tile_values(DType dtype, const uint8_t* values, int64_t count, float (*scales)[kTileRows],
                       float (*biases)[kTileRows]) {
   const int64_t group_bytes = tile_value_group_bytes(dtype);
-  const auto read = [&]<DType D>() {
+  with_scale_dtype(dtype, [&]<DType D>() {
     for (int64_t g = 0; g < count; ++g) {
       __m256 scale, bias;
       tile_group_values<D>(values + g * group_bytes, scale, bias);
       _mm256_store_ps(scales[g], scale);
       _mm256_store_ps(biases[g], bias);
     }
-  };
-  switch (dtype) {
-    case DType::F32:
-      return read.template operator()<DType::F32>();
-    case DType::F16:
-      return read.template operator()<DType::F16>();
-    default:
-      return read.template operator()<DType::BF16>();
-  }
+  });
 }
 
 // The next tile's codes are prefetched into L2 in step with the current tile's progress, in
@@ -700,7 +692,7 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
     // vector and run R independent float sequences side by side, which the out-of-order core
     // overlaps (measured on Zen 3, scripts/int8_tile_ab.sh: 4 rows at a time 0.82-0.85x the time of
     // one at a time for 8 and 16 rows, 2 at a time 0.91x).
-    auto rows_chunk = [&]<int R, ValueSource Values, bool Spread>(int64_t i)
+    auto rows_chunk = [&]<int R, ValueSource Values, DType ValueDType, bool Spread>(int64_t i)
         __attribute__((always_inline)) {
       const int8_t* x8[R];
       const float* d[R];
@@ -761,8 +753,8 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
         const int64_t b0 = g * BlocksPerGroup;
         __m256 scale, group_bias;
         if constexpr (Values != ValueSource::chunk_arrays) {
-          group_values_from_tile<Values>(w.scale_dtype, tile_values + (g0 + g) * group_value_bytes,
-                                         scale, group_bias);
+          group_values_from_tile<Values, ValueDType>(
+              w.scale_dtype, tile_values + (g0 + g) * group_value_bytes, scale, group_bias);
         } else {
           scale = _mm256_load_ps(scales[g]);
           group_bias = _mm256_load_ps(biases[g]);
@@ -785,25 +777,21 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
     };
     // A pass of R rows, with the tile values read in the group loop or from the chunk's arrays.
     auto pass = [&]<int R>(int64_t i) __attribute__((always_inline)) {
-      if (!values_in_loop)
-        return rows_chunk.template operator()<R, ValueSource::chunk_arrays, false>(i);
+      if (!values_in_loop) {
+        return rows_chunk.template operator()<R, ValueSource::chunk_arrays, DType::F32, false>(i);
+      }
       if constexpr (ManyRows) {
-        rows_chunk.template operator()<R, ValueSource::tile_any, false>(i);
+        rows_chunk.template operator()<R, ValueSource::tile_any, DType::F32, false>(i);
       } else {
-        const auto with_values = [&]<ValueSource Values>() __attribute__((always_inline)) {
-          if constexpr (Bits == 4) {
-            if (spread_codes) return rows_chunk.template operator()<R, Values, true>(i);
-          }
-          rows_chunk.template operator()<R, Values, false>(i);
-        };
-        switch (w.scale_dtype) {
-          case DType::F32:
-            return with_values.template operator()<ValueSource::tile_f32>();
-          case DType::F16:
-            return with_values.template operator()<ValueSource::tile_f16>();
-          default:
-            return with_values.template operator()<ValueSource::tile_bf16>();
-        }
+        with_scale_dtype(
+            w.scale_dtype, [&]<DType D>() __attribute__((always_inline)) {
+              if constexpr (Bits == 4) {
+                if (spread_codes) {
+                  return rows_chunk.template operator()<R, ValueSource::tile_typed, D, true>(i);
+                }
+              }
+              rows_chunk.template operator()<R, ValueSource::tile_typed, D, false>(i);
+            });
       }
     };
     if constexpr (ManyRows) {
