@@ -340,25 +340,24 @@ __attribute__((always_inline)) inline void steps_from_tile_codes(const uint8_t* 
   }
 }
 
-// The 8 rows' exact block sums from interleaved codes. Bytes: x8 holds the block's activations;
-// each step's vpmaddubsw words (2 products each) add up over the 8 steps to 16 products, at most
-// 16·15·127 < 2^15, before one vpmaddwd. Words: `activations` holds them widened to int16.
-template <int Bits>
-__m256i interleaved_sums(const __m256i* steps, const void* activations) {
-  const auto* bytes = static_cast<const uint8_t*>(activations);
+// The 8 rows' exact block sums from interleaved codes, step s multiplied by step_activations(s)
+// (its activations in every dword). Bytes: each step's vpmaddubsw words (2 products each) add up
+// over the 8 steps to 16 products, at most 16·15·127 < 2^15, before one vpmaddwd.
+template <int Bits, typename StepActivations>
+__attribute__((always_inline)) inline __m256i step_sums(const __m256i* steps,
+                                                        const StepActivations& step_activations) {
   if constexpr (kByteCodes<Bits> && !kVnni) {
     __m256i words = _mm256_setzero_si256();
 #pragma GCC unroll 8
     for (int s = 0; s < kSteps<Bits>; ++s) {
-      const __m256i x = _mm256_set1_epi32(static_cast<int>(load_u32(bytes + 4 * s)));
-      words = _mm256_add_epi16(words, _mm256_maddubs_epi16(steps[s], x));
+      words = _mm256_add_epi16(words, _mm256_maddubs_epi16(steps[s], step_activations(s)));
     }
     return _mm256_madd_epi16(words, _mm256_set1_epi16(1));
   } else {
     __m256i sums[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
 #pragma GCC unroll 16
     for (int s = 0; s < kSteps<Bits>; ++s) {
-      const __m256i x = _mm256_set1_epi32(static_cast<int>(load_u32(bytes + 4 * s)));
+      const __m256i x = step_activations(s);
 #if defined(__AVXVNNI__)
       if constexpr (kByteCodes<Bits>) {
         sums[s % 2] = _mm256_dpbusd_avx_epi32(sums[s % 2], steps[s], x);
@@ -373,6 +372,17 @@ __m256i interleaved_sums(const __m256i* steps, const void* activations) {
   }
 }
 
+// step_sums with each step's activations broadcast from `activations`: the block's bytes (byte
+// codes) or its activations widened to int16 (word codes).
+template <int Bits>
+__m256i interleaved_sums(const __m256i* steps, const void* activations) {
+  const auto* bytes = static_cast<const uint8_t*>(activations);
+  return step_sums<Bits>(
+      steps, [&](int s) __attribute__((always_inline)) {
+        return _mm256_set1_epi32(static_cast<int>(load_u32(bytes + 4 * s)));
+      });
+}
+
 // One or two activation rows against 4-bit tile codes read their activations spread (quant_impl.h),
 // so vpmaddubsw takes them straight from memory where a broadcast per step cost a dispatch slot of
 // its own: from caches the decode step's loop is bound by Zen 3's 6-wide dispatch, not by its
@@ -380,21 +390,8 @@ __m256i interleaved_sums(const __m256i* steps, const void* activations) {
 __attribute__((always_inline)) inline __m256i spread_sums(const __m256i* steps,
                                                           const uint8_t* spread) {
   const auto* x = reinterpret_cast<const __m256i*>(spread);
-#if defined(__AVXVNNI__)
-  __m256i sums[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-#pragma GCC unroll 8
-  for (int s = 0; s < kSteps<4>; ++s) {
-    sums[s % 2] = _mm256_dpbusd_avx_epi32(sums[s % 2], steps[s], _mm256_load_si256(x + s));
-  }
-  return _mm256_add_epi32(sums[0], sums[1]);
-#else
-  __m256i words = _mm256_setzero_si256();
-#pragma GCC unroll 8
-  for (int s = 0; s < kSteps<4>; ++s) {
-    words = _mm256_add_epi16(words, _mm256_maddubs_epi16(steps[s], _mm256_load_si256(x + s)));
-  }
-  return _mm256_madd_epi16(words, _mm256_set1_epi16(1));
-#endif
+  return step_sums<4>(
+      steps, [&](int s) __attribute__((always_inline)) { return _mm256_load_si256(x + s); });
 }
 
 // v[g] 16-bit word r = a[r] word g, in each 128-bit lane, for 8 x 8 matrices of words.
@@ -618,6 +615,8 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
                                       kTileRows * row_bytes;
     }
   }
+  // Few rows with spread activations read them against the tile codes.
+  const bool spread_codes = task.spread != nullptr && tile_codes != nullptr;
   // A tile's codes are kTileRows * row_bytes bytes in either layout, the next tile's right after.
   const uint8_t* ahead = (tile_codes != nullptr ? tile_codes : packed[0]) +
                          kPrefetchTilesAhead * kTileRows * row_bytes;
@@ -677,7 +676,6 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
     // to the chunk's arrays first cost a store and a load per vector (5 % of a decode step on Zen
     // 3); several rows share the arrays.
     const bool values_in_loop = tile_values != nullptr && single;
-    const bool spread_codes = task.spread != nullptr && chunk_codes != nullptr;
     if (tile_values != nullptr && !single) {
       read_tile_values(w.scale_dtype, tile_values + g0 * group_value_bytes, chunk_groups, scales,
                        biases);
