@@ -92,7 +92,7 @@ struct Activations {
   std::vector<const int8_t*> x8_rows;
   std::vector<const float*> scale_rows, xsum_rows;
   std::vector<SpreadVector> spread;
-  std::vector<const uint8_t*> spread_rows;  // as quant.cpp makes them: for at most kSpreadRows
+  std::vector<const uint8_t*> spread_rows;  // as quant.cpp makes them: where spread_pays
 
   Activations(int64_t m, const Shape& shape, std::mt19937& random) {
     const int64_t blocks = shape.cols / kInt8Block;
@@ -115,7 +115,7 @@ struct Activations {
       scale_rows.push_back(scales);
       xsum_rows.push_back(xsums.data() + i * blocks);
     }
-    if (m <= kSpreadRows && shape.bits == 4) {
+    if (spread_pays(m, shape.cols) && shape.bits == 4) {
       spread.resize(m * shape.cols / 4);
       for (int64_t i = 0; i < m; ++i) {
         spread_activations_avx2(x8_rows[i], shape.cols, spread.data() + i * shape.cols / 4);

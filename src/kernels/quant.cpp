@@ -157,7 +157,7 @@ bool spreads_activations(const cpu::KernelTable& table, const QuantMatrix& w, in
                          int64_t task_rows) {
   constexpr int64_t kMaxSpreadRows = 16;
   return table.spread_activations != nullptr && w.format.bits == 4 && w.tile_codes != nullptr &&
-         task_rows <= cpu::kSpreadRows && m <= kMaxSpreadRows;
+         cpu::spread_pays(task_rows, w.cols) && m <= kMaxSpreadRows;
 }
 
 void prepare_int8_activations(const cpu::KernelTable& table, const float* x, int64_t m,

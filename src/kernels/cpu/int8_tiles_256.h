@@ -18,7 +18,8 @@
 // tile unpacks its 8 rows' codes one chunk of 8 groups at a time into an L1 buffer, interleaved so
 // that each row's sums build up in its own lane with no horizontal sums, and reuses them for every
 // activation row of a block of up to 64, 4 rows side by side, so an extra activation row costs the
-// integer dot products and its float sequence alone.
+// integer dot products and its float sequence alone. 4-bit tile codes (quant.h) are interleaved
+// already: any number of rows reads them straight, up to 4 side by side per unpacking.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -52,7 +53,7 @@ constexpr int64_t kActivationBlockRows = 64;
 // and 1.00x at 8; the 8-bit head 0.74x at 3, 0.78x at 4, 0.89x at 8 (16 rows: 4-bit 1.05-1.14x).
 constexpr int64_t kRegisterCodeRows = 8;
 // Up to this many activation rows run in int8_tile<..., ManyRows = false> (see int8_rows_any).
-constexpr int64_t kFewRows = kSpreadRows;
+constexpr int64_t kFewRows = 2;
 // Activation rows that share a pass over a chunk's codes (the remainder goes 3, 2 or 1 at a time).
 constexpr int kRowsTogether = 4;
 
@@ -153,7 +154,7 @@ __m256i reduce8(const __m256i* p) {
 
 // The 8 rows' exact sums Σ q·x8 over one block; q[r * kCodeVectors ...] is row r's codes.
 template <int Bits>
-__m256i block_sums(const __m256i* q, const int8_t* x8) {
+__attribute__((always_inline)) inline __m256i block_sums(const __m256i* q, const int8_t* x8) {
   if constexpr (kByteCodes<Bits>) {
     // vpmaddubsw leaves 16 words per row, each the sum of 2 products; a vphaddw tree adds them
     // to one word per row and 128-bit lane, the sum of 16 products: at most 16·15·127 < 2^15.
@@ -327,19 +328,6 @@ void unpack_interleaved(const uint8_t* const* packed, int64_t offset, __m256i* s
   }
 }
 
-// A block's interleaved steps from its tile codes (quant.h): vector s holds step s in its low
-// nibbles and step s + 4 in its high ones, so no transpose is left to do.
-__attribute__((always_inline)) inline void steps_from_tile_codes(const uint8_t* block,
-                                                                 __m256i* steps) {
-  const __m256i mask = _mm256_set1_epi8(15);
-#pragma GCC unroll 4
-  for (int s = 0; s < kTileCodeVectors; ++s) {
-    const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 32 * s));
-    steps[s] = _mm256_and_si256(codes, mask);
-    steps[s + kTileCodeVectors] = _mm256_and_si256(_mm256_srli_epi16(codes, 4), mask);
-  }
-}
-
 // The 8 rows' exact block sums from interleaved codes, step s multiplied by step_activations(s)
 // (its activations in every dword). Bytes: each step's vpmaddubsw words (2 products each) add up
 // over the 8 steps to 16 products, at most 16·15·127 < 2^15, before one vpmaddwd.
@@ -383,15 +371,64 @@ __m256i interleaved_sums(const __m256i* steps, const void* activations) {
       });
 }
 
-// One or two activation rows against 4-bit tile codes read their activations spread (quant_impl.h),
-// so vpmaddubsw takes them straight from memory where a broadcast per step cost a dispatch slot of
-// its own: from caches the decode step's loop is bound by Zen 3's 6-wide dispatch, not by its
-// vector pipes.
-__attribute__((always_inline)) inline __m256i spread_sums(const __m256i* steps,
-                                                          const uint8_t* spread) {
-  const auto* x = reinterpret_cast<const __m256i*>(spread);
-  return step_sums<4>(
-      steps, [&](int s) __attribute__((always_inline)) { return _mm256_load_si256(x + s); });
+// Word sums of R rows' products. For several rows, saturating adds (equal to wrapping ones here,
+// since no partial sum reaches 2^15): GCC reassociates vpaddw into a tree that kept every product
+// of a block live and spilled, but not vpaddsw. A lone row's chain stays as written either way,
+// and vpaddw runs on more pipes.
+template <int R>
+__attribute__((always_inline)) inline __m256i add_words(__m256i a, __m256i b) {
+  if constexpr (R == 1) {
+    return _mm256_add_epi16(a, b);
+  } else {
+    return _mm256_adds_epi16(a, b);
+  }
+}
+
+// The exact sums of R activation rows over one block of 4-bit tile codes, step_activations(r, s)
+// giving row r's activations of step s in every dword. The rows meet a code vector's two steps
+// (s and s + 4) before the next vector is loaded, so two steps and the R rows' sums are live where
+// all 8 steps were: with 4 rows those and the rows' float accumulators did not fit the 16 vector
+// registers. Spread activations (quant_impl.h) are read straight from memory by vpmaddubsw, where a
+// broadcast per step cost a dispatch slot of its own: from caches the loop is bound by Zen 3's
+// 6-wide dispatch, not by its vector pipes. Word sums stay below 2^15 as in step_sums.
+template <int R, typename StepActivations>
+__attribute__((always_inline)) inline void tile_code_sums(const uint8_t* block,
+                                                          const StepActivations& step_activations,
+                                                          __m256i* exact) {
+  const __m256i mask = _mm256_set1_epi8(15);
+  // With AVX-VNNI one row's sums are two chains (low and high nibbles), so that a lone row does
+  // not wait on vpdpbusd's latency at every step.
+  __m256i sums[kVnni ? 2 * R : R];
+#pragma GCC unroll 4
+  for (int s = 0; s < kTileCodeVectors; ++s) {
+    const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 32 * s));
+    const __m256i low = _mm256_and_si256(codes, mask);
+    const __m256i high = _mm256_and_si256(_mm256_srli_epi16(codes, 4), mask);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+#if defined(__AVXVNNI__)
+      const __m256i zero = _mm256_setzero_si256();
+      sums[2 * r] =
+          _mm256_dpbusd_avx_epi32(s == 0 ? zero : sums[2 * r], low, step_activations(r, s));
+      sums[2 * r + 1] = _mm256_dpbusd_avx_epi32(s == 0 ? zero : sums[2 * r + 1], high,
+                                                step_activations(r, s + kTileCodeVectors));
+#else
+      const __m256i low_words = _mm256_maddubs_epi16(low, step_activations(r, s));
+      const __m256i high_words =
+          _mm256_maddubs_epi16(high, step_activations(r, s + kTileCodeVectors));
+      sums[r] = s == 0 ? add_words<R>(low_words, high_words)
+                       : add_words<R>(add_words<R>(sums[r], low_words), high_words);
+#endif
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    if constexpr (kVnni) {
+      exact[r] = _mm256_add_epi32(sums[2 * r], sums[2 * r + 1]);
+    } else {
+      exact[r] = _mm256_madd_epi16(sums[r], _mm256_set1_epi16(1));
+    }
+  }
 }
 
 // v[g] 16-bit word r = a[r] word g, in each 128-bit lane, for 8 x 8 matrices of words.
@@ -551,19 +588,8 @@ __attribute__((always_inline)) inline void tile_group_values(const uint8_t* grou
 }
 
 // Where a pass over a chunk reads each group's scales and biases: the chunk's arrays, or the tile
-// values, of the dtype D known in the loop (the few-rows passes, where a test per group cost
-// decode slots) or of one switched on there (tile_any).
-enum class ValueSource { chunk_arrays, tile_any, tile_typed };
-
-template <ValueSource S, DType D>
-__attribute__((always_inline)) inline void group_values_from_tile(DType dtype, const uint8_t* group,
-                                                                  __m256& scale, __m256& bias) {
-  if constexpr (S == ValueSource::tile_typed) {
-    tile_group_values<D>(group, scale, bias);
-  } else {
-    with_scale_dtype(dtype, [&]<DType E>() { tile_group_values<E>(group, scale, bias); });
-  }
-}
+// values, of a dtype known in the loop (a test per group cost dispatch slots).
+enum class ValueSource { chunk_arrays, tile };
 
 // The tile values of `count` groups from `values` on, as load_tile_values leaves them.
 void read_tile_values(DType dtype, const uint8_t* values, int64_t count, float (*scales)[kTileRows],
@@ -598,8 +624,9 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
   const int64_t total_groups = w.experts * w.rows * groups;
   const int64_t row_bytes = w.cols * Bits / 8;
   // Up to kRegisterCodeRows activation rows multiply codes unpacked in registers (the rows of a
-  // pass share each unpacking); more share the codes through the interleaved L1 buffer.
-  const bool single = !ManyRows || i1 - i0 <= kRegisterCodeRows;
+  // pass share each unpacking); more share the codes through the interleaved L1 buffer, unless
+  // the tiles have their own codes (below).
+  bool single = !ManyRows || i1 - i0 <= kRegisterCodeRows;
   const uint8_t* packed[kTileRows];
   int64_t first_group[kTileRows];
   for (int r = 0; r < kTileRows; ++r) {
@@ -615,7 +642,10 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
                                       kTileRows * row_bytes;
     }
   }
-  // Few rows with spread activations read them against the tile codes.
+  // Tile codes are unpacked with three instructions per vector, less than the buffer's build and
+  // reloads cost: from caches 0.95-0.98x at 16 rows (scripts/int8_tile_ab.sh, Zen 3).
+  single = single || tile_codes != nullptr;
+  // Spread activations (quant_impl.h) are read against the tile codes.
   const bool spread_codes = task.spread != nullptr && tile_codes != nullptr;
   // A tile's codes are kTileRows * row_bytes bytes in either layout, the next tile's right after.
   const uint8_t* ahead = (tile_codes != nullptr ? tile_codes : packed[0]) +
@@ -665,11 +695,7 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
         tile_codes == nullptr ? nullptr : tile_codes + c0 / kInt8Block * kTileCodeBytes;
     if (!single) {
       for (int64_t b = 0; b < blocks; ++b) {
-        if (chunk_codes != nullptr) {
-          steps_from_tile_codes(chunk_codes + b * kTileCodeBytes, codes[b]);
-        } else {
-          unpack_interleaved<Bits>(packed, (c0 + b * kInt8Block) * Bits / 8, codes[b]);
-        }
+        unpack_interleaved<Bits>(packed, (c0 + b * kInt8Block) * Bits / 8, codes[b]);
       }
     }
     // The rows from registers read the tile values where the group loop uses them: storing them
@@ -709,63 +735,112 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
           }
         }
       }
-      // The block's 8 rows' sums: codes unpacked here, or interleaved in the buffer.
-      auto sums = [&](int64_t b, int r) __attribute__((always_inline)) {
-        if (single) {
-          if constexpr (Spread) {
-            __m256i steps[kSteps<Bits>];
-            steps_from_tile_codes(chunk_codes + b * kTileCodeBytes, steps);
-            return _mm256_cvtepi32_ps(spread_sums(
-                steps, task.spread[i + r] + (c0 + b * kInt8Block) * kSpreadBytesPerInput));
-          }
-          if constexpr (Bits == 4) {
-            if (chunk_codes != nullptr) {
-              __m256i steps[kSteps<Bits>];
-              steps_from_tile_codes(chunk_codes + b * kTileCodeBytes, steps);
-              return _mm256_cvtepi32_ps(interleaved_sums<Bits>(steps, x8[r] + b * kInt8Block));
+      // The R rows' exact sums over block b, each a vector of the tile's 8 output rows: codes
+      // unpacked here once for all R rows, or interleaved in the buffer.
+      auto block_sums_of_rows = [&](int64_t b, __m256i * exact) __attribute__((always_inline)) {
+        const int64_t column = b * kInt8Block;
+        if (!single) {
+          for (int r = 0; r < R; ++r) {
+            if constexpr (kByteCodes<Bits>) {
+              exact[r] = interleaved_sums<Bits>(codes[b], x8[r] + column);
+            } else {
+              exact[r] = interleaved_sums<Bits>(codes[b], widened[r] + column);
             }
-            __m256i pairs[kNibblePairVectors];
-            unpack_nibble_pairs(packed, (c0 + b * kInt8Block) * Bits / 8, pairs);
-            return _mm256_cvtepi32_ps(nibble_pair_sums(pairs, x8[r] + b * kInt8Block));
           }
-          __m256i q[kTileRows * kVectors];
+          return;
+        }
+        if constexpr (Bits == 4) {
+          if constexpr (Spread) {
+            const uint8_t* spread[R];
+            for (int r = 0; r < R; ++r) {
+              spread[r] = task.spread[i + r] + (c0 + column) * kSpreadBytesPerInput;
+            }
+            return tile_code_sums<R>(
+                chunk_codes + b * kTileCodeBytes,
+                [&](int r, int s) __attribute__((always_inline)) {
+                  return _mm256_load_si256(reinterpret_cast<const __m256i*>(spread[r]) + s);
+                },
+                exact);
+          }
+          if (chunk_codes != nullptr) {
+            return tile_code_sums<R>(
+                chunk_codes + b * kTileCodeBytes,
+                [&](int r, int s) __attribute__((always_inline)) {
+                  const auto* bytes = reinterpret_cast<const uint8_t*>(x8[r] + column);
+                  return _mm256_set1_epi32(static_cast<int>(load_u32(bytes + 4 * s)));
+                },
+                exact);
+          }
+          __m256i pairs[kNibblePairVectors];
+          unpack_nibble_pairs(packed, (c0 + column) * Bits / 8, pairs);
+          for (int r = 0; r < R; ++r) exact[r] = nibble_pair_sums(pairs, x8[r] + column);
+          return;
+        }
+        __m256i q[kTileRows * kVectors];
 #pragma GCC unroll 8
-          for (int t = 0; t < kTileRows; ++t) {
-            unpack_block<Bits>(packed[t] + (c0 + b * kInt8Block) * Bits / 8, q + t * kVectors);
-          }
-          return _mm256_cvtepi32_ps(block_sums<Bits>(q, x8[r] + b * kInt8Block));
+        for (int t = 0; t < kTileRows; ++t) {
+          unpack_block<Bits>(packed[t] + (c0 + column) * Bits / 8, q + t * kVectors);
         }
-        if constexpr (kByteCodes<Bits>) {
-          return _mm256_cvtepi32_ps(interleaved_sums<Bits>(codes[b], x8[r] + b * kInt8Block));
-        } else {
-          return _mm256_cvtepi32_ps(interleaved_sums<Bits>(codes[b], widened[r] + b * kInt8Block));
-        }
+        for (int r = 0; r < R; ++r) exact[r] = block_sums<Bits>(q, x8[r] + column);
       };
-      // The first chunk starts the sums (a zeroing loop before it became a memset call per tile).
-      __m256 sum[R], bias[R];
-      for (int r = 0; r < R; ++r) {
-        sum[r] = c0 == 0 ? _mm256_setzero_ps() : _mm256_load_ps(acc[i + r - i0]);
-        bias[r] = c0 == 0 ? _mm256_setzero_ps() : _mm256_load_ps(bias_acc[i + r - i0]);
-      }
-      for (int64_t g = 0; g < chunk_groups; ++g) {
-        const int64_t b0 = g * BlocksPerGroup;
-        __m256 scale, group_bias;
+      // The group's scales and biases.
+      auto group_values = [&](int64_t g, __m256 & scale, __m256 & group_bias)
+          __attribute__((always_inline)) {
         if constexpr (Values != ValueSource::chunk_arrays) {
-          group_values_from_tile<Values, ValueDType>(
-              w.scale_dtype, tile_values + (g0 + g) * group_value_bytes, scale, group_bias);
+          tile_group_values<ValueDType>(tile_values + (g0 + g) * group_value_bytes, scale,
+                                        group_bias);
         } else {
           scale = _mm256_load_ps(scales[g]);
           group_bias = _mm256_load_ps(biases[g]);
         }
+      };
+      // The first chunk starts the sums (a zeroing loop before it became a memset call per tile).
+      auto start = [&](float(*from)[kTileRows], int r) __attribute__((always_inline)) {
+        return c0 == 0 ? _mm256_setzero_ps() : _mm256_load_ps(from[i + r - i0]);
+      };
+      // Past two rows the bias terms run in a loop of their own after the products: with the
+      // rows' bias accumulators live through the products as well, the float accumulators of 4
+      // rows were spilled (a load and a store each per group).
+      constexpr bool kBiasApart = R > 2;
+      __m256 sum[R], bias[R];
+      for (int r = 0; r < R; ++r) {
+        sum[r] = start(acc, r);
+        if constexpr (!kBiasApart) bias[r] = start(bias_acc, r);
+      }
+      for (int64_t g = 0; g < chunk_groups; ++g) {
+        const int64_t b0 = g * BlocksPerGroup;
+        __m256 t[R] = {};  // every lane is set by the group's first block
+#pragma GCC unroll 4
+        for (int64_t b = b0; b < b0 + BlocksPerGroup; ++b) {
+          __m256i exact[R];
+          block_sums_of_rows(b, exact);
+#pragma GCC unroll 4
+          for (int r = 0; r < R; ++r) {
+            const __m256 block_scale = _mm256_set1_ps(d[r][b]);
+            const __m256 block_sum = _mm256_cvtepi32_ps(exact[r]);
+            t[r] = b == b0 ? _mm256_mul_ps(block_scale, block_sum)
+                           : _mm256_fmadd_ps(block_scale, block_sum, t[r]);
+          }
+        }
+        __m256 scale, group_bias;
+        group_values(g, scale, group_bias);
 #pragma GCC unroll 4
         for (int r = 0; r < R; ++r) {
-          __m256 t = _mm256_mul_ps(_mm256_set1_ps(d[r][b0]), sums(b0, r));
-#pragma GCC unroll 4
-          for (int64_t b = b0 + 1; b < b0 + BlocksPerGroup; ++b) {
-            t = _mm256_fmadd_ps(_mm256_set1_ps(d[r][b]), sums(b, r), t);
+          sum[r] = _mm256_fmadd_ps(scale, t[r], sum[r]);
+          if constexpr (!kBiasApart) {
+            bias[r] = _mm256_fmadd_ps(group_bias, _mm256_set1_ps(xsums[r][g]), bias[r]);
           }
-          sum[r] = _mm256_fmadd_ps(scale, t, sum[r]);
-          bias[r] = _mm256_fmadd_ps(group_bias, _mm256_set1_ps(xsums[r][g]), bias[r]);
+        }
+      }
+      if constexpr (kBiasApart) {
+        for (int r = 0; r < R; ++r) bias[r] = start(bias_acc, r);
+        for (int64_t g = 0; g < chunk_groups; ++g) {
+          __m256 scale, group_bias;
+          group_values(g, scale, group_bias);
+#pragma GCC unroll 4
+          for (int r = 0; r < R; ++r) {
+            bias[r] = _mm256_fmadd_ps(group_bias, _mm256_set1_ps(xsums[r][g]), bias[r]);
+          }
         }
       }
       for (int r = 0; r < R; ++r) {
@@ -778,19 +853,15 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
       if (!values_in_loop) {
         return rows_chunk.template operator()<R, ValueSource::chunk_arrays, DType::F32, false>(i);
       }
-      if constexpr (ManyRows) {
-        rows_chunk.template operator()<R, ValueSource::tile_any, DType::F32, false>(i);
-      } else {
-        with_scale_dtype(
-            w.scale_dtype, [&]<DType D>() __attribute__((always_inline)) {
-              if constexpr (Bits == 4) {
-                if (spread_codes) {
-                  return rows_chunk.template operator()<R, ValueSource::tile_typed, D, true>(i);
-                }
+      with_scale_dtype(
+          w.scale_dtype, [&]<DType D>() __attribute__((always_inline)) {
+            if constexpr (Bits == 4) {
+              if (spread_codes) {
+                return rows_chunk.template operator()<R, ValueSource::tile, D, true>(i);
               }
-              rows_chunk.template operator()<R, ValueSource::tile_typed, D, false>(i);
-            });
-      }
+            }
+            rows_chunk.template operator()<R, ValueSource::tile, D, false>(i);
+          });
     };
     if constexpr (ManyRows) {
       int64_t i = i0;

@@ -132,12 +132,19 @@ constexpr int64_t kInt8Block = 32;
 constexpr int64_t kTileCodeVectors = 4;
 constexpr int64_t kTileCodeBytes = kTileCodeVectors * 32;
 
-// Activation rows spread for the 256-bit tiles' passes of one or two rows over 4-bit tile codes:
-// each dword of x8 repeated in all 8 dwords of a 32-byte vector, so that vpmaddubsw reads the
-// activations of a step straight from memory. Made once per product, by the calling thread, when
-// the table reads them and no task of the product has more than kSpreadRows rows.
-constexpr int64_t kSpreadRows = 2;
+// Activation rows spread for the 256-bit tiles' passes over 4-bit tile codes: each dword of x8
+// repeated in all 8 dwords of a 32-byte vector, so that vpmaddubsw reads the activations of a step
+// straight from memory where a broadcast per step cost a vector-pipe slot. Made once per product,
+// by the calling thread, when the table reads them and spread_pays for its tasks.
 constexpr int64_t kSpreadBytesPerInput = 8;
+// Every tile of a task reads all of the task's spread rows, so they pay while they stay near L1:
+// Zen 3, scripts/int8_tile_ab.sh from caches, against broadcasts: 4 and 8 rows of 576 inputs
+// (37 KiB) 0.94-0.95x, 4 rows of 1536 (48 KiB) 0.98x, 8 rows of 1536 (96 KiB) 1.02-1.08x. One or
+// two rows always pay (0.85-0.92x at two rows).
+constexpr int64_t kSpreadTaskBytes = 48 * 1024;
+constexpr bool spread_pays(int64_t task_rows, int64_t cols) {
+  return task_rows <= 2 || task_rows * cols * kSpreadBytesPerInput <= kSpreadTaskBytes;
+}
 struct alignas(32) SpreadVector {
   uint8_t bytes[32];
 };
