@@ -373,8 +373,8 @@ __m256i interleaved_sums(const __m256i* steps, const void* activations) {
 
 // Word sums of R rows' products. For several rows, saturating adds (equal to wrapping ones here,
 // since no partial sum reaches 2^15): GCC reassociates vpaddw into a tree that kept every product
-// of a block live and spilled, but not vpaddsw. A lone row's chain stays as written either way,
-// and vpaddw runs on more pipes.
+// of a block live and spilled, but not vpaddsw. A lone row keeps vpaddw: its tree fits the
+// registers.
 template <int R>
 __attribute__((always_inline)) inline __m256i add_words(__m256i a, __m256i b) {
   if constexpr (R == 1) {
@@ -389,8 +389,8 @@ __attribute__((always_inline)) inline __m256i add_words(__m256i a, __m256i b) {
 // (s and s + 4) before the next vector is loaded, so two steps and the R rows' sums are live where
 // all 8 steps were: with 4 rows those and the rows' float accumulators did not fit the 16 vector
 // registers. Spread activations (quant_impl.h) are read straight from memory by vpmaddubsw, where a
-// broadcast per step cost a dispatch slot of its own: from caches the loop is bound by Zen 3's
-// 6-wide dispatch, not by its vector pipes. Word sums stay below 2^15 as in step_sums.
+// broadcast per step cost a slot of the vector pipes of its own. Word sums stay below 2^15 as in
+// step_sums.
 template <int R, typename StepActivations>
 __attribute__((always_inline)) inline void tile_code_sums(const uint8_t* block,
                                                           const StepActivations& step_activations,
