@@ -457,18 +457,14 @@ __attribute__((always_inline)) inline void transpose8x8_words(const __m256i* a, 
   }
 }
 
-// A chunk's scales and biases as fp32, laid out as F32 tile values (quant_impl.h): group g's 8
-// scales, then its 8 biases.
-using ChunkValues = float[kChunkGroups][2][kTileRows];
-
-// values[g][0][r] (values[g][1][r]) = the 8 values at scale_base (bias_base) + index[r] values,
-// row r's group g, as fp32: the tile values' layout of F32 scales. 16-bit values are transposed
-// before they are widened, scales and biases sharing one word transpose: the widening and the
-// transpose of fp32 values cost more than the products on a single activation row with 32-element
-// groups.
+// scales[g][r] (biases[g][r]) = the 8 values at scale_base (bias_base) + index[r] values, row r's
+// group g, as fp32. 16-bit values are transposed before they are widened, scales and biases
+// sharing one word transpose: the widening and the transpose of fp32 values cost more than the
+// products on a single activation row with 32-element groups.
 template <DType D>
 void transpose_tile_values(const uint8_t* scale_base, const uint8_t* bias_base,
-                           const int64_t* index, ChunkValues& values) {
+                           const int64_t* index, float (*scales)[kTileRows],
+                           float (*biases)[kTileRows]) {
   constexpr int64_t kSize = D == DType::F32 ? 4 : 2;
   if constexpr (D == DType::F32) {
     __m256i rows[kTileRows];
@@ -476,21 +472,12 @@ void transpose_tile_values(const uint8_t* scale_base, const uint8_t* bias_base,
     for (int r = 0; r < kTileRows; ++r) {
       rows[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(scale_base + index[r] * kSize));
     }
-    __m256i groups[kChunkGroups];
-    transpose8x8(rows, groups);
-#pragma GCC unroll 8
-    for (int g = 0; g < kChunkGroups; ++g) {
-      _mm256_store_ps(values[g][0], _mm256_castsi256_ps(groups[g]));
-    }
+    transpose8x8(rows, reinterpret_cast<__m256i*>(scales));
 #pragma GCC unroll 8
     for (int r = 0; r < kTileRows; ++r) {
       rows[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bias_base + index[r] * kSize));
     }
-    transpose8x8(rows, groups);
-#pragma GCC unroll 8
-    for (int g = 0; g < kChunkGroups; ++g) {
-      _mm256_store_ps(values[g][1], _mm256_castsi256_ps(groups[g]));
-    }
+    transpose8x8(rows, reinterpret_cast<__m256i*>(biases));
   } else if constexpr (D == DType::F16) {
     __m256i rows[kTileRows], groups[kChunkGroups];
 #pragma GCC unroll 8
@@ -503,8 +490,8 @@ void transpose_tile_values(const uint8_t* scale_base, const uint8_t* bias_base,
     transpose8x8_words(rows, groups);
 #pragma GCC unroll 8
     for (int g = 0; g < kChunkGroups; ++g) {
-      _mm256_store_ps(values[g][0], _mm256_cvtph_ps(_mm256_castsi256_si128(groups[g])));
-      _mm256_store_ps(values[g][1], _mm256_cvtph_ps(_mm256_extracti128_si256(groups[g], 1)));
+      _mm256_store_ps(scales[g], _mm256_cvtph_ps(_mm256_castsi256_si128(groups[g])));
+      _mm256_store_ps(biases[g], _mm256_cvtph_ps(_mm256_extracti128_si256(groups[g], 1)));
     }
   } else {
     // Arranged so that group g's words come out as [scales of rows 0-3, their biases | scales of
@@ -525,10 +512,10 @@ void transpose_tile_values(const uint8_t* scale_base, const uint8_t* bias_base,
     transpose8x8_words(rows, groups);
 #pragma GCC unroll 8
     for (int g = 0; g < kChunkGroups; ++g) {
-      _mm256_store_ps(values[g][0], _mm256_castsi256_ps(
-                                        _mm256_unpacklo_epi16(_mm256_setzero_si256(), groups[g])));
-      _mm256_store_ps(values[g][1], _mm256_castsi256_ps(
-                                        _mm256_unpackhi_epi16(_mm256_setzero_si256(), groups[g])));
+      _mm256_store_ps(
+          scales[g], _mm256_castsi256_ps(_mm256_unpacklo_epi16(_mm256_setzero_si256(), groups[g])));
+      _mm256_store_ps(
+          biases[g], _mm256_castsi256_ps(_mm256_unpackhi_epi16(_mm256_setzero_si256(), groups[g])));
     }
   }
 }
@@ -538,7 +525,9 @@ void transpose_tile_values(const uint8_t* scale_base, const uint8_t* bias_base,
 template <DType D>
 __attribute__((noinline)) void transpose_tile_values_near_end(const QuantMatrix& w,
                                                               const int64_t* first_group,
-                                                              int64_t total, ChunkValues& values) {
+                                                              int64_t total,
+                                                              float (*scales)[kTileRows],
+                                                              float (*biases)[kTileRows]) {
   constexpr int64_t kSize = D == DType::F32 ? 4 : 2;
   alignas(32) uint8_t near_end[2][kTileRows * 8 * kSize] = {};
   int64_t index[kTileRows];
@@ -548,7 +537,7 @@ __attribute__((noinline)) void transpose_tile_values_near_end(const QuantMatrix&
     std::memcpy(near_end[1] + r * 8 * kSize, w.biases + first_group[r] * kSize, bytes);
     index[r] = r * 8;
   }
-  transpose_tile_values<D>(near_end[0], near_end[1], index, values);
+  transpose_tile_values<D>(near_end[0], near_end[1], index, scales, biases);
 }
 
 // f.template operator()<D>() with D the scale dtype `dtype` (F32, F16, else BF16).
@@ -568,15 +557,16 @@ __attribute__((always_inline)) inline void with_scale_dtype(DType dtype, const F
 // whatever follows and never used); `in_bounds`: all of them lie inside the tensor.
 template <DType D>
 void load_tile_values_typed(const QuantMatrix& w, const int64_t* first_group, int64_t total,
-                            bool in_bounds, ChunkValues& values) {
-  if (in_bounds) return transpose_tile_values<D>(w.scales, w.biases, first_group, values);
-  transpose_tile_values_near_end<D>(w, first_group, total, values);
+                            bool in_bounds, float (*scales)[kTileRows],
+                            float (*biases)[kTileRows]) {
+  if (in_bounds) return transpose_tile_values<D>(w.scales, w.biases, first_group, scales, biases);
+  transpose_tile_values_near_end<D>(w, first_group, total, scales, biases);
 }
 
 void load_tile_values(const QuantMatrix& w, const int64_t* first_group, int64_t total,
-                      bool in_bounds, ChunkValues& values) {
+                      bool in_bounds, float (*scales)[kTileRows], float (*biases)[kTileRows]) {
   with_scale_dtype(w.scale_dtype, [&]<DType D>() {
-    load_tile_values_typed<D>(w, first_group, total, in_bounds, values);
+    load_tile_values_typed<D>(w, first_group, total, in_bounds, scales, biases);
   });
 }
 
@@ -595,6 +585,24 @@ __attribute__((always_inline)) inline void tile_group_values(const uint8_t* grou
     scale = _mm256_castsi256_ps(_mm256_unpacklo_epi16(_mm256_setzero_si256(), words));
     bias = _mm256_castsi256_ps(_mm256_unpackhi_epi16(_mm256_setzero_si256(), words));
   }
+}
+
+// Where a pass over a chunk reads each group's scales and biases: the chunk's arrays, or the tile
+// values, of a dtype known in the loop (a test per group cost dispatch slots).
+enum class ValueSource { chunk_arrays, tile };
+
+// The tile values of `count` groups from `values` on, as load_tile_values leaves them.
+void read_tile_values(DType dtype, const uint8_t* values, int64_t count, float (*scales)[kTileRows],
+                      float (*biases)[kTileRows]) {
+  const int64_t group_bytes = tile_value_group_bytes(dtype);
+  with_scale_dtype(dtype, [&]<DType D>() {
+    for (int64_t g = 0; g < count; ++g) {
+      __m256 scale, bias;
+      tile_group_values<D>(values + g * group_bytes, scale, bias);
+      _mm256_store_ps(scales[g], scale);
+      _mm256_store_ps(biases[g], bias);
+    }
+  });
 }
 
 // The next tile's codes are prefetched into L2 in step with the current tile's progress, in
@@ -669,8 +677,8 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
   __m256i codes[kChunkGroups * BlocksPerGroup][kSteps<Bits>];
   // Word codes: one activation row's chunk widened to int16.
   alignas(32) int16_t widened[kRowsTogether][kByteCodes<Bits> ? 1 : kChunkColumns];
-  // Without tile values, the chunk's values transposed from the scale and bias arrays.
-  alignas(32) ChunkValues chunk_values;
+  alignas(32) float scales[kChunkGroups][kTileRows];
+  alignas(32) float biases[kChunkGroups][kTileRows];
   alignas(32) float acc[kActivationBlockRows][kTileRows];
   alignas(32) float bias_acc[kActivationBlockRows][kTileRows];
   for (int64_t c0 = 0; c0 < w.cols; c0 += kChunkColumns) {
@@ -690,34 +698,31 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
         unpack_interleaved<Bits>(packed, (c0 + b * kInt8Block) * Bits / 8, codes[b]);
       }
     }
-    // Each group's scales and biases: the tile values, read where the group loop uses them
-    // (storing them to an array first cost a store and a load per vector, 5 % of a decode step on
-    // Zen 3), or the chunk's values transposed here in their F32 layout.
-    const uint8_t* chunk_group_values;
-    if (tile_values != nullptr) {
-      chunk_group_values = tile_values + g0 * group_value_bytes;
-    } else {
+    // The rows from registers read the tile values where the group loop uses them: storing them
+    // to the chunk's arrays first cost a store and a load per vector (5 % of a decode step on Zen
+    // 3); several rows share the arrays.
+    const bool values_in_loop = tile_values != nullptr && single;
+    if (tile_values != nullptr && !single) {
+      read_tile_values(w.scale_dtype, tile_values + g0 * group_value_bytes, chunk_groups, scales,
+                       biases);
+    } else if (tile_values == nullptr) {
       int64_t chunk_first[kTileRows];
       for (int r = 0; r < kTileRows; ++r) chunk_first[r] = first_group[r] + g0;
       // Lanes past `rows` repeat row row0, so the last row's values are the furthest.
       const bool in_bounds = chunk_first[rows - 1] + kChunkGroups <= total_groups;
-      load_tile_values(w, chunk_first, total_groups, in_bounds, chunk_values);
-      chunk_group_values = reinterpret_cast<const uint8_t*>(chunk_values);
+      load_tile_values(w, chunk_first, total_groups, in_bounds, scales, biases);
     }
-    const DType values_dtype = tile_values == nullptr ? DType::F32 : w.scale_dtype;
     // The chunk's groups against activation rows [i, i + R): the rows share each step's code
     // vector and run R independent float sequences side by side, which the out-of-order core
     // overlaps (measured on Zen 3, scripts/int8_tile_ab.sh: 4 rows at a time 0.82-0.85x the time of
     // one at a time for 8 and 16 rows, 2 at a time 0.91x).
-    auto rows_chunk = [&]<int R, DType ValueDType, bool Spread>(int64_t i)
+    auto rows_chunk = [&]<int R, ValueSource Values, DType ValueDType, bool Spread>(int64_t i)
         __attribute__((always_inline)) {
       const int8_t* x8[R];
-      const uint8_t* spread[R];
       const float* d[R];
       const float* xsums[R];
       for (int r = 0; r < R; ++r) {
         x8[r] = task.x8[i + r] + c0;
-        if constexpr (Spread) spread[r] = task.spread[i + r] + c0 * kSpreadBytesPerInput;
         d[r] = task.block_scales[i + r] + c0 / kInt8Block;
         xsums[r] = task.xsums[i + r] + g0;
         if constexpr (!kByteCodes<Bits>) {
@@ -734,8 +739,7 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
       // unpacked here once for all R rows, or interleaved in the buffer.
       auto block_sums_of_rows = [&](int64_t b, __m256i * exact) __attribute__((always_inline)) {
         const int64_t column = b * kInt8Block;
-        // Spread activations come with tile codes, which the rows read from registers.
-        if (!Spread && !single) {
+        if (!single) {
           for (int r = 0; r < R; ++r) {
             if constexpr (kByteCodes<Bits>) {
               exact[r] = interleaved_sums<Bits>(codes[b], x8[r] + column);
@@ -746,18 +750,24 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
           return;
         }
         if constexpr (Bits == 4) {
-          if (Spread || chunk_codes != nullptr) {
+          if constexpr (Spread) {
+            const uint8_t* spread[R];
+            for (int r = 0; r < R; ++r) {
+              spread[r] = task.spread[i + r] + (c0 + column) * kSpreadBytesPerInput;
+            }
             return tile_code_sums<R>(
                 chunk_codes + b * kTileCodeBytes,
                 [&](int r, int s) __attribute__((always_inline)) {
-                  if constexpr (Spread) {
-                    return _mm256_load_si256(reinterpret_cast<const __m256i*>(
-                                                 spread[r] + column * kSpreadBytesPerInput) +
-                                             s);
-                  } else {
-                    const auto* bytes = reinterpret_cast<const uint8_t*>(x8[r] + column);
-                    return _mm256_set1_epi32(static_cast<int>(load_u32(bytes + 4 * s)));
-                  }
+                  return _mm256_load_si256(reinterpret_cast<const __m256i*>(spread[r]) + s);
+                },
+                exact);
+          }
+          if (chunk_codes != nullptr) {
+            return tile_code_sums<R>(
+                chunk_codes + b * kTileCodeBytes,
+                [&](int r, int s) __attribute__((always_inline)) {
+                  const auto* bytes = reinterpret_cast<const uint8_t*>(x8[r] + column);
+                  return _mm256_set1_epi32(static_cast<int>(load_u32(bytes + 4 * s)));
                 },
                 exact);
           }
@@ -776,8 +786,13 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
       // The group's scales and biases.
       auto group_values = [&](int64_t g, __m256 & scale, __m256 & group_bias)
           __attribute__((always_inline)) {
-        tile_group_values<ValueDType>(chunk_group_values + g * tile_value_group_bytes(ValueDType),
-                                      scale, group_bias);
+        if constexpr (Values != ValueSource::chunk_arrays) {
+          tile_group_values<ValueDType>(tile_values + (g0 + g) * group_value_bytes, scale,
+                                        group_bias);
+        } else {
+          scale = _mm256_load_ps(scales[g]);
+          group_bias = _mm256_load_ps(biases[g]);
+        }
       };
       // The first chunk starts the sums (a zeroing loop before it became a memset call per tile).
       auto start = [&](float(*from)[kTileRows], int r) __attribute__((always_inline)) {
@@ -833,14 +848,19 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
         _mm256_store_ps(bias_acc[i + r - i0], bias[r]);
       }
     };
-    // A pass of R rows.
+    // A pass of R rows, with the tile values read in the group loop or from the chunk's arrays.
     auto pass = [&]<int R>(int64_t i) __attribute__((always_inline)) {
+      if (!values_in_loop) {
+        return rows_chunk.template operator()<R, ValueSource::chunk_arrays, DType::F32, false>(i);
+      }
       with_scale_dtype(
-          values_dtype, [&]<DType D>() __attribute__((always_inline)) {
+          w.scale_dtype, [&]<DType D>() __attribute__((always_inline)) {
             if constexpr (Bits == 4) {
-              if (spread_codes) return rows_chunk.template operator()<R, D, true>(i);
+              if (spread_codes) {
+                return rows_chunk.template operator()<R, ValueSource::tile, D, true>(i);
+              }
             }
-            rows_chunk.template operator()<R, D, false>(i);
+            rows_chunk.template operator()<R, ValueSource::tile, D, false>(i);
           });
     };
     if constexpr (ManyRows) {

@@ -110,7 +110,7 @@ static inline int64_t tiles_per_expert(int64_t rows) {
   return (rows + kTileValueRows - 1) / kTileValueRows;
 }
 // Bytes of one (tile, group): its 8 scales and 8 biases.
-constexpr int64_t tile_value_group_bytes(DType dtype) {
+static inline int64_t tile_value_group_bytes(DType dtype) {
   return 2 * kTileValueRows * (dtype == DType::F32 ? 4 : 2);
 }
 static inline TileValueSlots tile_value_slots(DType dtype, int row) {
