@@ -7,6 +7,7 @@
 #
 #   scripts/int8_tile_ab.sh [REV] [ROUNDS] [WORKING_SET_MIB]   (64: weights from memory; 1: from
 #                                                              caches, the compute cost alone)
+#   A_IMPL=1 scripts/int8_tile_ab.sh ...                        (A with REV's quant_impl.h too)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rev="${1:-HEAD}"
@@ -17,6 +18,11 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/a/kernels/cpu"
 git show "$rev:src/kernels/cpu/int8_tiles_256.h" >"$work/a/kernels/cpu/int8_tiles_256.h"
+# A_IMPL=1: A reads REV's kernels/cpu/quant_impl.h too, for a B that renames or adds constants
+# there (the structs both share with the kernels library must stay the same).
+if [[ -n "${A_IMPL:-}" ]]; then
+  git show "$rev:src/kernels/cpu/quant_impl.h" >"$work/a/kernels/cpu/quant_impl.h"
+fi
 b_dir="${B_DIR:-src}"
 flags=(-O3 -std=c++20 -mavx2 -mfma -mf16c -Wall -Wextra -Werror)
 g++ "${flags[@]}" -I"$work/a" -Isrc -DVARIANT=variant_a -c bench/int8_tile_ab/variant.cpp \
