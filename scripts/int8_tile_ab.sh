@@ -18,8 +18,7 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/a/kernels/cpu"
 git show "$rev:src/kernels/cpu/int8_tiles_256.h" >"$work/a/kernels/cpu/int8_tiles_256.h"
-# A_IMPL=1: A reads REV's kernels/cpu/quant_impl.h too, for a B that renames or adds constants
-# there (the structs both share with the kernels library must stay the same).
+# Only the constants and helpers may differ: the structs are shared with the kernels library.
 if [[ -n "${A_IMPL:-}" ]]; then
   git show "$rev:src/kernels/cpu/quant_impl.h" >"$work/a/kernels/cpu/quant_impl.h"
 fi
