@@ -569,8 +569,7 @@ void pack_tile_codes(const QuantMatrix& w, uint8_t* out, const RowsPacked& rows_
 
 bool products_read_tile_values() {
   if (numerics() != Numerics::int8) return false;
-  const Isa isa = best_isa();
-  return isa == Isa::avx2 || isa == Isa::avxvnni || isa == Isa::avx512;
+  return best_isa() != Isa::scalar;
 }
 
 const char* isa_name(Isa isa) {
@@ -762,14 +761,26 @@ void flush_from_caches(const uint8_t* p, int64_t bytes) {
 #endif
 }
 
-// Flushes expert `expert`'s packed weights, scales and biases from the caches.
+// Flushes what the int8 kernels read of expert `expert` from the caches: its tile layouts where it
+// has them (the loader released the originals' pages, which a flush would fault back in), else its
+// packed weights, scales and biases.
 void flush_expert(const QuantMatrix& w, int64_t expert) {
-  const int64_t packed = w.rows * w.words_per_row() * 4;
-  const int64_t values =
-      w.rows * w.groups_per_row() * static_cast<int64_t>(dtype_size(w.scale_dtype));
-  flush_from_caches(w.packed + expert * packed, packed);
-  flush_from_caches(w.scales + expert * values, values);
-  flush_from_caches(w.biases + expert * values, values);
+  if (w.tile_codes != nullptr) {
+    const int64_t tile_codes = tile_codes_bytes(w) / w.experts;
+    flush_from_caches(w.tile_codes + expert * tile_codes, tile_codes);
+  } else {
+    const int64_t packed = w.rows * w.words_per_row() * 4;
+    flush_from_caches(w.packed + expert * packed, packed);
+  }
+  if (w.tile_values != nullptr) {
+    const int64_t tile_values = tile_values_bytes(w) / w.experts;
+    flush_from_caches(w.tile_values + expert * tile_values, tile_values);
+  } else {
+    const int64_t values =
+        w.rows * w.groups_per_row() * static_cast<int64_t>(dtype_size(w.scale_dtype));
+    flush_from_caches(w.scales + expert * values, values);
+    flush_from_caches(w.biases + expert * values, values);
+  }
 }
 
 PlanKey plan_key(const QuantMatrix& w, Numerics numerics, int64_t rows, bool gathered) {

@@ -54,11 +54,11 @@ struct QuantMatrix {
   int64_t rows = 0;
   int64_t cols = 0;
   QuantFormat format;
-  // Optional: the scales and biases again, as pack_tile_values lays them out for the 256-bit int8
-  // kernels, which then read them instead of transposing each tile's values. Null: they transpose.
+  // Optional: the scales and biases again, as pack_tile_values lays them out for the int8 kernels,
+  // which then read them instead of transposing each tile's values. Null: they transpose.
   const uint8_t* tile_values = nullptr;
-  // Optional, 4-bit only: the codes again, as pack_tile_codes lays them out for the 256-bit int8
-  // kernels, which then load each block's 8 rows as 4 vectors instead of transposing them.
+  // Optional, 4-bit only: the codes again, as pack_tile_codes lays them out for the int8 kernels,
+  // which then load each block's 8 rows as 4 vectors instead of transposing them.
   const uint8_t* tile_codes = nullptr;
 
   int64_t words_per_row() const { return cols * format.bits / 32; }
@@ -99,13 +99,14 @@ Isa best_isa();
 // Whether this CPU runs `isa`'s kernels.
 bool isa_supported(Isa isa);
 
-// Tile values: a matrix's scales and biases regrouped the way the 256-bit int8 kernels (avx2,
-// avxvnni; the avx512 table runs avx2's) read them, per expert, per tile of 8 rows (the last one
-// padded with zeros), per group: the tile's 8 scales and 8 biases, 16 values of scale_dtype (order:
-// kernels/cpu/quant_impl.h). The same bytes as the scales and biases, plus the padding. A loader
-// that packs them should release the originals' pages (release_resident_pages), so the values
-// are not resident twice; products that read the originals (the other ISAs, the fp32 numerics,
-// dequantize_rows) still may, from the file.
+// Tile values: a matrix's scales and biases regrouped the way the int8 kernels read them (the
+// 256-bit ones, of avx2, avxvnni and avx512, a tile at a time; avx512vnni's 16-row tiles, two at a
+// time), per expert, per tile of 8 rows (the last one padded with zeros), per group: the tile's 8
+// scales and 8 biases, 16 values of scale_dtype (order: kernels/cpu/quant_impl.h). The same bytes
+// as the scales and biases, plus the padding. A loader that packs them should release the
+// originals' pages (release_resident_pages), so the values are not resident twice; products that
+// read the originals (the scalar reference, the fp32 numerics, dequantize_rows) still may, from
+// the file.
 int64_t tile_values_bytes(const QuantMatrix& w);
 // Packs w's tile values into out[tile_values_bytes(w)] (every byte written, the padding zeros), a
 // slice of tiles at a time; after each
@@ -114,7 +115,7 @@ int64_t tile_values_bytes(const QuantMatrix& w);
 using RowsPacked = std::function<void(int64_t rows)>;
 void pack_tile_values(const QuantMatrix& w, uint8_t* out, const RowsPacked& rows_packed = {});
 // Whether the int8 products of this process read tile values: numerics() is int8 and
-// best_isa() runs the 256-bit int8 kernels.
+// best_isa() is not scalar.
 bool products_read_tile_values();
 // Tile codes of a 4-bit matrix: per expert, per tile of 8 rows (the last one padded with zero
 // rows), per block of 32 inputs, 128 bytes: 4 vectors of 32 bytes whose dword r of vector s holds

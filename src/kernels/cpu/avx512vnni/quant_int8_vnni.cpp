@@ -276,12 +276,83 @@ void load_chunk_values(const QuantMatrix& w, const int64_t* chunk_first, int64_t
   load_chunk_values_in<false>(w, chunk_first, count, scales, biases);
 }
 
+// A 16-row tile of the packed layouts (quant.h: tile values, and tile codes at 4 bits) is two of
+// their 8-row tiles: `first` and the one after it; a tile of at most 8 rows reads `first` twice,
+// since the next 8-row tile may lie past the tensor, and its lanes past `rows` are not stored.
+struct PackedTiles {
+  const uint8_t* first = nullptr;
+  const uint8_t* second = nullptr;
+};
+
+__attribute__((always_inline)) inline __m512i load_tile_pair(const uint8_t* first,
+                                                             const uint8_t* second) {
+  return _mm512_inserti64x4(
+      _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(first))),
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(second)), 1);
+}
+
+// scales[g][r] (biases[g][r]) from the packed tile values of groups g0 .. g0 + count - 1, each
+// tile pointer at group g0.
+template <DType D>
+void read_packed_values(PackedTiles values, int64_t count, float (*scales)[kTileRows],
+                        float (*biases)[kTileRows]) {
+  constexpr int64_t kGroupBytes = 2 * kTileValueRows * (D == DType::F32 ? 4 : 2);
+  for (int64_t g = 0; g < count; ++g) {
+    const uint8_t* first = values.first + g * kGroupBytes;
+    const uint8_t* second = values.second + g * kGroupBytes;
+    if constexpr (D == DType::F32) {
+      // Each 8-row tile: [s0-s7 | b0-b7].
+      _mm512_store_si512(scales[g], load_tile_pair(first, second));
+      _mm512_store_si512(biases[g], load_tile_pair(first + 32, second + 32));
+    } else if constexpr (D == DType::BF16) {
+      // 128-bit lanes [s0-s3 b0-b3 | s4-s7 b4-b7 | s8-s11 b8-b11 | s12-s15 b12-b15]: a zero word
+      // below each value widens it, the low halves to the scales and the high ones to the biases.
+      const __m512i pair = load_tile_pair(first, second);
+      const __m512i zero = _mm512_setzero_si512();
+      _mm512_store_si512(scales[g], _mm512_unpacklo_epi16(zero, pair));
+      _mm512_store_si512(biases[g], _mm512_unpackhi_epi16(zero, pair));
+    } else {
+      // Qwords [s0-s7 | b0-b7 | s8-s15 | b8-b15].
+      const __m512i halves = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 1, 4, 5, 2, 3, 6, 7),
+                                                      load_tile_pair(first, second));
+      _mm512_store_ps(scales[g], _mm512_cvtph_ps(_mm512_castsi512_si256(halves)));
+      _mm512_store_ps(biases[g], _mm512_cvtph_ps(_mm512_extracti64x4_epi64(halves, 1)));
+    }
+  }
+}
+
+void read_packed_chunk_values(DType dtype, PackedTiles values, int64_t count,
+                              float (*scales)[kTileRows], float (*biases)[kTileRows]) {
+  switch (dtype) {
+    case DType::F32:
+      return read_packed_values<DType::F32>(values, count, scales, biases);
+    case DType::F16:
+      return read_packed_values<DType::F16>(values, count, scales, biases);
+    default:
+      return read_packed_values<DType::BF16>(values, count, scales, biases);
+  }
+}
+
+// The steps of one block of 4-bit tile codes, each pointer at the block: vector s of an 8-row tile
+// holds dword s of its rows' 16 packed bytes, whose low nibbles are slots 4s .. 4s+3 and high
+// nibbles slots 16 + 4s .. 16 + 4s + 3, as unpack_interleaved<4> leaves them.
+__attribute__((always_inline)) inline void unpack_tile_codes(PackedTiles codes, __m512i* steps) {
+  const __m512i nibble = _mm512_set1_epi8(15);
+#pragma GCC unroll 4
+  for (int k = 0; k < static_cast<int>(kTileCodeVectors); ++k) {
+    const __m512i dwords = load_tile_pair(codes.first + 32 * k, codes.second + 32 * k);
+    steps[k] = _mm512_and_si512(dwords, nibble);
+    steps[k + 4] = _mm512_and_si512(_mm512_srli_epi16(dwords, 4), nibble);
+  }
+}
+
 // The next tile's codes are prefetched in step with the current tile's progress, in memory order
 // (the tile's rows are contiguous, so the prefetches form one sequential stream), as in the AVX2
-// kernel. A 16-row tile is twice as far ahead as an 8-row one; measured on Zen 5 (quant_bench, one
-// thread, medians of 3 interleaved runs), the non-temporal hint read the 8-bit 576 x 49152 head in
-// 1.04 ms against 1.16-1.30 ms with the L2 hint, and the 4-bit 4096 x 4096 matrix within noise
-// of it; without prefetches both took twice as long.
+// kernel; a 16-row tile is twice as far ahead as an 8-row one. The hint is the AVX2 kernel's
+// (prefetcht2). On Zen 5 the non-temporal hint read the 8-bit 576 x 49152 head 1.1-1.25x faster
+// (quant_bench, one thread); on an Emerald Rapids Xeon it read it 2.0x slower (5.1 against 2.5
+// ms), and 16 verify rows through it ran 1.9x slower (docs/benchmarks, session 35). Where the
+// hint costs, the kernel plan can still pick the 256-bit kernel shape by shape.
 constexpr int kPrefetchTilesAhead = 1;
 
 // The activation rows that one pass over a block's steps serves: each adds 2 independent chains
@@ -440,8 +511,33 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
     packed[r] = w.packed + stored_row * row_bytes;
     first_group[r] = stored_row * groups;
   }
-  const uint8_t* ahead = packed[0] + kPrefetchTilesAhead * kTileRows * row_bytes;
-  {
+  const int64_t first_tile = task.expert * tiles_per_expert(w.rows) + row0 / kTileValueRows;
+  const int64_t next_tile = rows > kTileValueRows ? 1 : 0;
+  PackedTiles values, tile_codes;
+  const int64_t value_tile_bytes = groups * tile_value_group_bytes(w.scale_dtype);
+  // Products that share their activation rows may start a matrix's rows mid-tile (qmatmul_shared):
+  // such tiles read the originals.
+  const bool tile_aligned = row0 % kTileValueRows == 0;
+  if (w.tile_values != nullptr && tile_aligned) {
+    values = {w.tile_values + first_tile * value_tile_bytes,
+              w.tile_values + (first_tile + next_tile) * value_tile_bytes};
+  }
+  if (Bits == 4 && w.tile_codes != nullptr && tile_aligned) {
+    const int64_t code_tile_bytes = w.cols / kInt8Block * kTileCodeBytes;
+    tile_codes = {w.tile_codes + first_tile * code_tile_bytes,
+                  w.tile_codes + (first_tile + next_tile) * code_tile_bytes};
+  }
+  // The next tile's codes and values are contiguous in either layout (two 8-row tiles of tile
+  // codes hold the bytes of 16 packed rows).
+  const uint8_t* ahead = (tile_codes.first != nullptr ? tile_codes.first : packed[0]) +
+                         kPrefetchTilesAhead * kTileRows * row_bytes;
+  if (values.first != nullptr) {
+    const uint8_t* values_ahead =
+        values.first + kPrefetchTilesAhead * (kTileRows / kTileValueRows) * value_tile_bytes;
+    for (int64_t line = 0; line < 2 * value_tile_bytes; line += 64) {
+      __builtin_prefetch(values_ahead + line, 0, 1);
+    }
+  } else {
     const int64_t size = w.scale_dtype == DType::F32 ? 4 : 2;
     const int64_t offset = (first_group[0] + kPrefetchTilesAhead * kTileRows * groups) * size;
     for (int64_t line = 0; line < kTileRows * groups * size; line += 64) {
@@ -469,40 +565,54 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
     const int64_t g0 = c0 / group;
     const uint8_t* ahead_chunk = ahead + kTileRows * c0 * Bits / 8;
     for (int64_t line = 0; line < kTileRows * columns * Bits / 8; line += 64) {
-      __builtin_prefetch(ahead_chunk + line, 0, 0);
+      __builtin_prefetch(ahead_chunk + line, 0, 1);
     }
     int64_t chunk_first[kTileRows];
     for (int r = 0; r < kTileRows; ++r) chunk_first[r] = first_group[r] + g0;
-    // Lanes past `rows` repeat row row0, so the last row's values are the furthest.
-    load_chunk_values(w, chunk_first, chunk_groups, chunk_first[rows - 1], scales, biases);
+    if (values.first != nullptr) {
+      const int64_t offset = g0 * tile_value_group_bytes(w.scale_dtype);
+      read_packed_chunk_values(w.scale_dtype, {values.first + offset, values.second + offset},
+                               chunk_groups, scales, biases);
+    } else {
+      // Lanes past `rows` repeat row row0, so the last row's values are the furthest.
+      load_chunk_values(w, chunk_first, chunk_groups, chunk_first[rows - 1], scales, biases);
+    }
     for (int64_t i = 0; i < i1 - i0; ++i) {
       x8[i] = task.x8[i0 + i] + c0;
       d[i] = task.block_scales[i0 + i] + c0 / kInt8Block;
       xsums[i] = task.xsums[i0 + i] + g0;
     }
+    const auto unpack_block = [&](int64_t b, __m512i * steps) __attribute__((always_inline)) {
+      if (tile_codes.first != nullptr) {
+        const int64_t offset = (c0 / kInt8Block + b) * kTileCodeBytes;
+        unpack_tile_codes({tile_codes.first + offset, tile_codes.second + offset}, steps);
+      } else {
+        unpack_interleaved<Bits>(packed, (c0 + b * kInt8Block) * Bits / 8, steps);
+      }
+    };
     if (single) {
       if constexpr (kDirectSingleRow<Bits>) {
-        __m512i isums[kChunkGroups * BlocksPerGroup];
-        single_row_sums<Bits>(packed, c0 * Bits / 8, x8[0], blocks, isums);
-        const auto sums_of = [&](int64_t b, int) __attribute__((always_inline)) {
-          return isums[b];
-        };
-        accumulate_chunk<BlocksPerGroup, 1>(sums_of, chunk_groups, d, xsums, scales, biases, acc,
-                                            bias_acc);
-      } else {
-        const auto sums_of = [&](int64_t b, int) __attribute__((always_inline)) {
-          __m512i steps[kSteps];
-          unpack_interleaved<Bits>(packed, (c0 + b * kInt8Block) * Bits / 8, steps);
-          return block_sums(steps, x8[0] + b * kInt8Block);
-        };
-        accumulate_chunk<BlocksPerGroup, 1>(sums_of, chunk_groups, d, xsums, scales, biases, acc,
-                                            bias_acc);
+        if (tile_codes.first == nullptr) {
+          __m512i isums[kChunkGroups * BlocksPerGroup];
+          single_row_sums<Bits>(packed, c0 * Bits / 8, x8[0], blocks, isums);
+          const auto sums_of = [&](int64_t b, int) __attribute__((always_inline)) {
+            return isums[b];
+          };
+          accumulate_chunk<BlocksPerGroup, 1>(sums_of, chunk_groups, d, xsums, scales, biases, acc,
+                                              bias_acc);
+          continue;
+        }
       }
+      const auto sums_of = [&](int64_t b, int) __attribute__((always_inline)) {
+        __m512i steps[kSteps];
+        unpack_block(b, steps);
+        return block_sums(steps, x8[0] + b * kInt8Block);
+      };
+      accumulate_chunk<BlocksPerGroup, 1>(sums_of, chunk_groups, d, xsums, scales, biases, acc,
+                                          bias_acc);
       continue;
     }
-    for (int64_t b = 0; b < blocks; ++b) {
-      unpack_interleaved<Bits>(packed, (c0 + b * kInt8Block) * Bits / 8, codes[b]);
-    }
+    for (int64_t b = 0; b < blocks; ++b) unpack_block(b, codes[b]);
     int64_t i = 0;
     for (; i + kRowsAtOnce <= i1 - i0; i += kRowsAtOnce) {
       const auto sums_of = [&](int64_t b, int k) __attribute__((always_inline)) {
