@@ -33,6 +33,7 @@ CpuFeatures detect_cpu_features() {
     features.avx512bw = os_saves_zmm && ((ebx >> 30) & 1);
     features.avx512vl = os_saves_zmm && ((ebx >> 31) & 1);
     features.avx512vnni = os_saves_zmm && ((ecx >> 11) & 1);
+    features.clflushopt = (ebx >> 23) & 1;
   }
   if (__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) {
     features.avxvnni = os_saves_ymm && ((eax >> 4) & 1);

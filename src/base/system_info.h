@@ -16,6 +16,7 @@ struct CpuFeatures {
   bool avx512dq = false;
   bool avx512vnni = false;
   bool avx512bf16 = false;
+  bool clflushopt = false;  // a cache-line flush ordered only by fences, so flushes overlap
   std::string model_name;
 };
 

@@ -750,11 +750,27 @@ KernelPlan& kernel_plan() {
   return plan;
 }
 
-// Flushes `bytes` at p from every cache level.
+#if defined(__x86_64__)
+__attribute__((target("clflushopt"))) void flush_lines_unordered(const uint8_t* p, int64_t bytes) {
+  // The intrinsic takes a mutable pointer; the flush writes nothing.
+  for (int64_t offset = 0; offset < bytes; offset += 64) {
+    _mm_clflushopt(const_cast<uint8_t*>(p + offset));
+  }
+}
+#endif
+
+// Flushes `bytes` at p from every cache level. clflush is ordered against every other flush, so
+// they ran one at a time: on an Emerald Rapids Xeon the kernel plan's flushes (before each of its
+// 6 timed runs per shape) were 27 % of the samples of a one-token `dspark generate` after a
+// 560-token prompt. clflushopt lets them overlap (that prompt's rate 1.7x), and the fence
+// completes them all before the timed run.
 void flush_from_caches(const uint8_t* p, int64_t bytes) {
 #if defined(__x86_64__)
-  constexpr int64_t kLine = 64;
-  for (int64_t offset = 0; offset < bytes; offset += kLine) _mm_clflush(p + offset);
+  if (cpu_features().clflushopt) {
+    flush_lines_unordered(p, bytes);
+  } else {
+    for (int64_t offset = 0; offset < bytes; offset += 64) _mm_clflush(p + offset);
+  }
   _mm_mfence();
 #else
   (void)p, (void)bytes;
