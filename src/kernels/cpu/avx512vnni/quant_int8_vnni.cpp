@@ -348,11 +348,14 @@ __attribute__((always_inline)) inline void unpack_tile_codes(PackedTiles codes, 
 
 // The next tile's codes are prefetched in step with the current tile's progress, in memory order
 // (the tile's rows are contiguous, so the prefetches form one sequential stream), as in the AVX2
-// kernel; a 16-row tile is twice as far ahead as an 8-row one. The hint is the AVX2 kernel's
-// (prefetcht2). On Zen 5 the non-temporal hint read the 8-bit 576 x 49152 head 1.1-1.25x faster
-// (quant_bench, one thread); on an Emerald Rapids Xeon it read it 2.0x slower (5.1 against 2.5
-// ms), and 16 verify rows through it ran 1.9x slower (docs/benchmarks, session 35). Where the
-// hint costs, the kernel plan can still pick the 256-bit kernel shape by shape.
+// kernel; a 16-row tile is twice as far ahead as an 8-row one. Each block issues its share as it
+// is multiplied (in the first activation row's pass), not a chunk's all at once: on an Emerald
+// Rapids Xeon the bursts stalled on the prefetches themselves, and spreading them made verify
+// forwards 0.80-0.89x the time at widths 1, 8 and 16 (verify_bench, 5 paired runs). The hint is
+// the AVX2 kernel's (prefetcht2). On Zen 5 the non-temporal hint read the 8-bit 576 x 49152 head
+// 1.1-1.25x faster (quant_bench, one thread); on that Xeon 2.0x slower (5.1 against 2.5 ms), and
+// 16 verify rows through it ran 1.9x slower (docs/benchmarks, session 35). Where the hint costs,
+// the kernel plan can still pick the 256-bit kernel shape by shape.
 constexpr int kPrefetchTilesAhead = 1;
 
 // The activation rows that one pass over a block's steps serves: each adds 2 independent chains
@@ -564,9 +567,13 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
     const int64_t chunk_groups = columns / group;
     const int64_t g0 = c0 / group;
     const uint8_t* ahead_chunk = ahead + kTileRows * c0 * Bits / 8;
-    for (int64_t line = 0; line < kTileRows * columns * Bits / 8; line += 64) {
-      __builtin_prefetch(ahead_chunk + line, 0, 1);
-    }
+    // A block's share of the chunk's prefetches: 16 rows of 32 codes are Bits lines.
+    const auto prefetch_block = [&](int64_t b) __attribute__((always_inline)) {
+#pragma GCC unroll 8
+      for (int line = 0; line < Bits; ++line) {
+        __builtin_prefetch(ahead_chunk + (b * Bits + line) * 64, 0, 1);
+      }
+    };
     int64_t chunk_first[kTileRows];
     for (int r = 0; r < kTileRows; ++r) chunk_first[r] = first_group[r] + g0;
     if (values.first != nullptr) {
@@ -593,6 +600,7 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
     if (single) {
       if constexpr (kDirectSingleRow<Bits>) {
         if (tile_codes.first == nullptr) {
+          for (int64_t b = 0; b < blocks; ++b) prefetch_block(b);
           __m512i isums[kChunkGroups * BlocksPerGroup];
           single_row_sums<Bits>(packed, c0 * Bits / 8, x8[0], blocks, isums);
           const auto sums_of = [&](int64_t b, int) __attribute__((always_inline)) {
@@ -604,6 +612,7 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
         }
       }
       const auto sums_of = [&](int64_t b, int) __attribute__((always_inline)) {
+        prefetch_block(b);
         __m512i steps[kSteps];
         unpack_block(b, steps);
         return block_sums(steps, x8[0] + b * kInt8Block);
@@ -616,6 +625,7 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
     int64_t i = 0;
     for (; i + kRowsAtOnce <= i1 - i0; i += kRowsAtOnce) {
       const auto sums_of = [&](int64_t b, int k) __attribute__((always_inline)) {
+        if (i == 0 && k == 0) prefetch_block(b);
         return block_sums(codes[b], x8[i + k] + b * kInt8Block);
       };
       accumulate_chunk<BlocksPerGroup, kRowsAtOnce>(sums_of, chunk_groups, d + i, xsums + i, scales,
@@ -623,6 +633,7 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
     }
     for (; i < i1 - i0; ++i) {
       const auto sums_of = [&](int64_t b, int) __attribute__((always_inline)) {
+        if (i == 0) prefetch_block(b);
         return block_sums(codes[b], x8[i] + b * kInt8Block);
       };
       accumulate_chunk<BlocksPerGroup, 1>(sums_of, chunk_groups, d + i, xsums + i, scales, biases,
