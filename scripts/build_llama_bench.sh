@@ -6,7 +6,12 @@
 #   scripts/build_llama_bench.sh [WORK_DIR]      (default ~/.cache/dspark/llama.cpp)
 #
 # LLAMA_CMAKE_ARGS adds cmake flags, e.g. "-DGGML_NATIVE=OFF -DGGML_AVX512=OFF". The binary needs
-# its own directory on LD_LIBRARY_PATH (bench/llama_bench_side_by_side.py sets it).
+# its own directory on LD_LIBRARY_PATH (bench/llama_bench_side_by_side.py sets it). Where the CPU
+# lists AMX but the VM does not run it (llama-bench dies with SIGILL in tinygemm_kernel_amx), build
+# the native ISA set without AMX instead: "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON
+# -DGGML_BMI2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX_VNNI=ON -DGGML_AVX512=ON
+# -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON" (docs/benchmarks, session 35);
+# remove the old build directory first, since an existing binary is kept.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 version=$(sed -n 's/^llama-cpp-python==\([0-9.]*\).*/\1/p' scripts/requirements-test-nodeps.lock \
