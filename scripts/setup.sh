@@ -29,9 +29,14 @@ if ((${#missing[@]})); then
 fi
 
 VENV="${DSPARK_VENV:-$HOME/.cache/dspark/venv}"
+# llama-cpp-python compiles llama.cpp for this CPU (-march=native), with ggml's AMX matmul where the
+# CPU lists AMX; a VM can list it and still fault on the tile instructions (SIGILL on an Emerald
+# Rapids Firecracker guest, docs/benchmarks session 35). The oracle needs none of it.
+LLAMA_CPP_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 if ((with_tests)); then
   stamp="$VENV/.requirements.sha256"
-  wanted=$(cat scripts/requirements-test.lock scripts/requirements-test-nodeps.lock | sha256sum | cut -d' ' -f1)
+  wanted=$( (cat scripts/requirements-test.lock scripts/requirements-test-nodeps.lock
+    echo "$LLAMA_CPP_FLAGS") | sha256sum | cut -d' ' -f1)
   if [[ ! -x "$VENV/bin/python" || ! -f "$stamp" || "$(cat "$stamp")" != "$wanted" ]]; then
     # A venv made from other pins is made anew, so that nothing outside the lock lingers.
     echo "setup: creating the test venv in $VENV (PyPI oracles; llama-cpp-python compiles, be patient)"
@@ -39,7 +44,9 @@ if ((with_tests)); then
     command -v python3.11 >/dev/null && PYTHON=python3.11
     rm -rf "$VENV"
     "$PYTHON" -m venv "$VENV"
-    "$VENV/bin/pip" install -q --require-hashes -r scripts/requirements-test.lock
+    # No cache: a wheel built earlier with other flags would be reused.
+    CFLAGS="$LLAMA_CPP_FLAGS" CXXFLAGS="$LLAMA_CPP_FLAGS" "$VENV/bin/pip" install -q --no-cache-dir \
+      --require-hashes -r scripts/requirements-test.lock
     "$VENV/bin/pip" install -q --require-hashes --no-deps -r scripts/requirements-test-nodeps.lock
     echo "$wanted" > "$stamp"
   fi

@@ -11,10 +11,12 @@
 // vpdpbusd by those slots' activations (one dword broadcast to every lane) adds to each row's sum
 // in the row's own lane, with no horizontal sums. A chunk of 8 groups is unpacked once into an L1
 // buffer and reused for every activation row of a block of up to 64, 4 rows per pass, so that an
-// extra activation row costs 8 vpdpbusd per 16 rows and 32 inputs. A single activation row (decode)
-// is bound by the weight stream, and interleaving would cost more than the products: 4- and 8-bit
-// codes multiply the activations as they lie in memory, 4 blocks per vector, and one reduction per
-// 4 blocks gathers the 16 rows' sums; other widths interleave each block as they use it.
+// extra activation row costs 8 vpdpbusd per 16 rows and 32 inputs. 4-bit tile codes (quant.h),
+// packed at load, are interleaved already, for every number of rows. A single activation row
+// (decode) is bound by the weight stream, and interleaving would cost more than the products: 4-
+// and 8-bit codes without tile codes multiply the activations as they lie in memory, 4 blocks per
+// vector, and one reduction per 4 blocks gathers the 16 rows' sums; other widths interleave each
+// block as they use it.
 #include <algorithm>
 #include <cstring>
 
