@@ -185,7 +185,7 @@ void check_tiled_products(const QuantMatrix& w, const QuantMatrix& tiled, int64_
   dequantize_rows_mlx(tiled, 1, 3, rows, from_tiles.data());
   dequantize_rows_mlx(w, 1, 3, rows, from_originals.data());
   EXPECT_EQ(compare(from_tiles.data(), from_originals.data(), rows - 3, cols), "");
-  for (int64_t m : {1, 2, 5, 17}) {
+  for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 17}) {
     const auto x = batch_activations(m, cols, static_cast<uint32_t>(200 + m));
     std::vector<float> reference(m * rows);
     int8_product(Isa::scalar, x.data(), m, w, reference.data(), 2);

@@ -11,12 +11,14 @@
 // vpdpbusd by those slots' activations (one dword broadcast to every lane) adds to each row's sum
 // in the row's own lane, with no horizontal sums. A chunk of 8 groups is unpacked once into an L1
 // buffer and reused for every activation row of a block of up to 64, 4 rows per pass, so that an
-// extra activation row costs 8 vpdpbusd per 16 rows and 32 inputs. 4-bit tile codes (quant.h),
-// packed at load, are interleaved already, for every number of rows. A single activation row
-// (decode) is bound by the weight stream, and interleaving would cost more than the products: 4-
-// and 8-bit codes without tile codes multiply the activations as they lie in memory, 4 blocks per
-// vector, and one reduction per 4 blocks gathers the 16 rows' sums; other widths interleave each
-// block as they use it.
+// extra activation row costs 8 vpdpbusd per 16 rows and 32 inputs. Up to 4 rows (a short verify)
+// take a single pass with each block unpacked into registers as it is reached: there the buffer's
+// stores and reloads cost more than they save (2 and 3 rows 0.74-0.76x the time, from caches).
+// 4-bit tile codes (quant.h), packed at load, are interleaved already, for every number of rows. A
+// single activation row (decode) is bound by the weight stream, and interleaving would cost more
+// than the products: 4- and 8-bit codes without tile codes multiply the activations as they lie in
+// memory, 4 blocks per vector, and one reduction per 4 blocks gathers the 16 rows' sums; other
+// widths interleave each block as they use it.
 #include <algorithm>
 #include <cstring>
 
@@ -500,6 +502,22 @@ __attribute__((always_inline)) inline void accumulate_chunk(
   }
 }
 
+// Calls pass.template operator()<N>() with N = n, for 1 <= n <= kRowsAtOnce.
+template <typename Pass>
+__attribute__((always_inline)) inline void with_row_count(int64_t n, const Pass& pass) {
+  static_assert(kRowsAtOnce == 4, "one case per row count up to kRowsAtOnce");
+  switch (n) {
+    case 1:
+      return pass.template operator()<1>();
+    case 2:
+      return pass.template operator()<2>();
+    case 3:
+      return pass.template operator()<3>();
+    default:
+      return pass.template operator()<kRowsAtOnce>();
+  }
+}
+
 // Output rows [row0, row0 + rows) (rows <= 16) against activation rows [i0, i1) (at most
 // kActivationBlockRows). Lanes past `rows` repeat row row0 and are not stored.
 template <int Bits, int BlocksPerGroup>
@@ -599,8 +617,8 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
         unpack_interleaved<Bits>(packed, (c0 + b * kInt8Block) * Bits / 8, steps);
       }
     };
-    if (single) {
-      if constexpr (kDirectSingleRow<Bits>) {
+    if constexpr (kDirectSingleRow<Bits>) {
+      if (single) {
         if (tile_codes.first == nullptr) {
           for (int64_t b = 0; b < blocks; ++b) prefetch_block(b);
           __m512i isums[kChunkGroups * BlocksPerGroup];
@@ -613,14 +631,22 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
           continue;
         }
       }
-      const auto sums_of = [&](int64_t b, int) __attribute__((always_inline)) {
-        prefetch_block(b);
-        __m512i steps[kSteps];
-        unpack_block(b, steps);
-        return block_sums(steps, x8[0] + b * kInt8Block);
+    }
+    // Up to kRowsAtOnce rows take one pass, each block unpacked into registers as it is reached.
+    const auto direct = [&]<int N>() __attribute__((always_inline)) {
+      __m512i steps[kSteps];
+      const auto sums_of = [&](int64_t b, int k) __attribute__((always_inline)) {
+        if (k == 0) {
+          prefetch_block(b);
+          unpack_block(b, steps);
+        }
+        return block_sums(steps, x8[k] + b * kInt8Block);
       };
-      accumulate_chunk<BlocksPerGroup, 1>(sums_of, chunk_groups, d, xsums, scales, biases, acc,
+      accumulate_chunk<BlocksPerGroup, N>(sums_of, chunk_groups, d, xsums, scales, biases, acc,
                                           bias_acc);
+    };
+    if (i1 - i0 <= kRowsAtOnce) {
+      with_row_count(i1 - i0, direct);
       continue;
     }
     for (int64_t b = 0; b < blocks; ++b) unpack_block(b, codes[b]);
@@ -633,14 +659,15 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
       accumulate_chunk<BlocksPerGroup, kRowsAtOnce>(sums_of, chunk_groups, d + i, xsums + i, scales,
                                                     biases, acc + i, bias_acc + i);
     }
-    for (; i < i1 - i0; ++i) {
-      const auto sums_of = [&](int64_t b, int) __attribute__((always_inline)) {
-        if (i == 0) prefetch_block(b);
-        return block_sums(codes[b], x8[i] + b * kInt8Block);
+    // The 1 to 3 rows left take one pass together.
+    const auto rest = [&]<int N>() __attribute__((always_inline)) {
+      const auto sums_of = [&](int64_t b, int k) __attribute__((always_inline)) {
+        return block_sums(codes[b], x8[i + k] + b * kInt8Block);
       };
-      accumulate_chunk<BlocksPerGroup, 1>(sums_of, chunk_groups, d + i, xsums + i, scales, biases,
+      accumulate_chunk<BlocksPerGroup, N>(sums_of, chunk_groups, d + i, xsums + i, scales, biases,
                                           acc + i, bias_acc + i);
-    }
+    };
+    if (i < i1 - i0) with_row_count(i1 - i0 - i, rest);
   }
   const auto stored = static_cast<__mmask16>((1u << rows) - 1);
   for (int64_t i = i0; i < i1; ++i) {
