@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <thread>
 #include <vector>
 
 namespace dspark::kernels {
@@ -217,6 +218,31 @@ TEST(Rope, RotatesHalvesAndPairsByPositionAngle) {
       }
     }
   }
+}
+
+// rope keeps each thread's last table of cosines and sines: whatever the thread rotated before
+// (other frequencies in the same array, another scale, fewer or more rows at the same positions), a
+// call gives the bits a thread with no table gives.
+TEST(Rope, ReusedTablesGiveTheBitsOfAFreshThread) {
+  const int64_t dim = 8, heads = 3, first = 40;
+  std::vector<float> inv_freq = {1.0f, 0.1f, 0.01f, 0.001f};
+  const std::vector<float> x = random_vector(5 * heads * dim, 6);
+  const auto rotated = [&](int64_t rows, float scale) {
+    std::vector<float> y(x.begin(), x.begin() + rows * heads * dim);
+    rope(y.data(), rows, heads, dim, first, {inv_freq.data(), dim, false, scale});
+    return y;
+  };
+  const auto on_fresh_thread = [&](int64_t rows, float scale) {
+    std::vector<float> y;
+    std::thread([&] { y = rotated(rows, scale); }).join();
+    return y;
+  };
+  EXPECT_EQ(rotated(3, 1.0f), on_fresh_thread(3, 1.0f));
+  EXPECT_EQ(rotated(2, 1.0f), on_fresh_thread(2, 1.0f));
+  EXPECT_EQ(rotated(5, 1.0f), on_fresh_thread(5, 1.0f));
+  EXPECT_EQ(rotated(5, 0.5f), on_fresh_thread(5, 0.5f));
+  inv_freq[2] = 0.02f;
+  EXPECT_EQ(rotated(5, 0.5f), on_fresh_thread(5, 0.5f));
 }
 
 TEST(Norm, RmsNormWithAndWithoutWeight) {

@@ -131,20 +131,59 @@ void moe_combine(const float* expert_out, const float* weights, int64_t rows, in
   }
 }
 
+namespace {
+
+// The cosines and sines of consecutive positions for one RopeSpec. A forward rotates q and k of
+// every layer at the same positions, so each thread keeps the last table it computed and reuses it
+// while the frequencies (compared by value: a spec's array may be freed and its address reused),
+// scale and positions match. The values are the ones computed per call, so the results do not
+// change.
+struct RopeTable {
+  std::vector<float> inv_freq;
+  float position_scale = 0.0f;
+  int64_t first_position = -1;
+  int64_t rows = 0;
+  std::vector<float> cosines, sines;  // rows x half
+
+  bool holds(const RopeSpec& spec, int64_t half, int64_t first, int64_t count) const {
+    return first_position == first && rows >= count && position_scale == spec.position_scale &&
+           static_cast<int64_t>(inv_freq.size()) == half &&
+           std::equal(inv_freq.begin(), inv_freq.end(), spec.inv_freq);
+  }
+
+  void compute(const RopeSpec& spec, int64_t half, int64_t first, int64_t count) {
+    inv_freq.assign(spec.inv_freq, spec.inv_freq + half);
+    position_scale = spec.position_scale;
+    first_position = first;
+    rows = count;
+    cosines.resize(static_cast<size_t>(count * half));
+    sines.resize(cosines.size());
+    for (int64_t r = 0; r < count; ++r) {
+      const float position = static_cast<float>(first + r) * spec.position_scale;
+      for (int64_t i = 0; i < half; ++i) {
+        const float angle = position * spec.inv_freq[i];
+        cosines[r * half + i] = std::cos(angle);
+        sines[r * half + i] = std::sin(angle);
+      }
+    }
+  }
+};
+
+}  // namespace
+
 void rope(float* x, int64_t rows, int64_t heads, int64_t head_dim, int64_t first_position,
           const RopeSpec& spec) {
   const int64_t half = spec.rotary_dim / 2;
   if (spec.rotary_dim > head_dim || spec.rotary_dim % 2 != 0) {
     fail("rope: rotary_dim {} must be even and at most head_dim {}", spec.rotary_dim, head_dim);
   }
-  std::vector<float> cosines(half), sines(half);
+  thread_local RopeTable table;
+  if (!table.holds(spec, half, first_position, rows)) {
+    table.compute(spec, half, first_position, rows);
+  }
   for (int64_t r = 0; r < rows; ++r) {
-    const float position = static_cast<float>(first_position + r) * spec.position_scale;
-    for (int64_t i = 0; i < half; ++i) {
-      const float angle = position * spec.inv_freq[i];
-      cosines[i] = std::cos(angle);
-      sines[i] = std::sin(angle);
-    }
+    const float* cosines = table.cosines.data() + r * half;
+    const float* sines = table.sines.data() + r * half;
     for (int64_t h = 0; h < heads; ++h) {
       float* v = x + (r * heads + h) * head_dim;
       for (int64_t i = 0; i < half; ++i) {
