@@ -46,9 +46,11 @@ uint64_t next_random(uint64_t& state) {
   return state;
 }
 
-// Random packed codes with bf16 scales and biases of realistic size.
+// Random packed codes with bf16 scales and biases of realistic size, and the tile layouts the
+// model loader adds (weights.cpp: tile values wherever the int8 products read them, tile codes for
+// a 4-bit matrix of one expert), so that the products run the kernels' paths a model's do.
 struct QuantStorage {
-  std::vector<uint8_t> packed, scales, biases;
+  std::vector<uint8_t> packed, scales, biases, tile_values, tile_codes;
   QuantMatrix w;
 
   QuantStorage(int bits, int64_t experts, int64_t rows, int64_t cols, uint64_t seed,
@@ -76,6 +78,15 @@ struct QuantStorage {
     w.packed = packed.data();
     w.scales = scales.data();
     w.biases = biases.data();
+    if (!dspark::kernels::products_read_tile_values()) return;
+    tile_values.resize(static_cast<size_t>(dspark::kernels::tile_values_bytes(w)));
+    dspark::kernels::pack_tile_values(w, tile_values.data());
+    w.tile_values = tile_values.data();
+    if (experts > 1) return;
+    tile_codes.resize(static_cast<size_t>(dspark::kernels::tile_codes_bytes(w)));
+    if (tile_codes.empty()) return;
+    dspark::kernels::pack_tile_codes(w, tile_codes.data());
+    w.tile_codes = tile_codes.data();
   }
 };
 
