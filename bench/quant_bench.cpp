@@ -3,7 +3,8 @@
 // weights_GBps_oncpu, read_bw_GBps, pct_of_read_bw), in the process's numerics (quant.h; int8
 // unless DSPARK_NUMERICS=fp32).
 // Each benchmark cycles through enough copies of its matrix (>= 256 MiB) that the weights come
-// from memory, not from the last-level cache, as they do during decode.
+// from memory, not from the last-level cache, as they do during decode; qmatmul_cached/... (the
+// default model's shapes) multiply one copy, from the caches.
 //
 // numerics/<shape>/<fp32|int8>/m<M>: both numerics side by side at m = 1, 8, 16 on 2 threads,
 // with GMACps (weight-activation products per second) beside the GB/s. peak_int8_macs: the
@@ -15,6 +16,7 @@
 //   quant_bench [--benchmark_min_time=0.2s] [--benchmark_repetitions=N]
 //   quant_bench --benchmark_filter='numerics|peak' --benchmark_repetitions=3
 //   quant_bench --benchmark_filter='tile_loop|peak' --benchmark_repetitions=5
+//   quant_bench --benchmark_filter='qmatmul_cached' --benchmark_repetitions=5
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
 #include <time.h>
@@ -129,13 +131,16 @@ void report(benchmark::State& state, double bytes_per_iteration, int threads,
   state.counters["pct_of_read_bw"] = 100.0 * gbps / read_bandwidth_gbs(threads);
 }
 
+// from_caches: one copy of the matrix, so that after the first call its weights come from the
+// caches and the time is the kernel's arithmetic (qmatmul_cached/...).
 void qmatmul_bench(benchmark::State& state, int bits, int64_t rows, int64_t cols, int64_t m,
-                   int threads, int group, dspark::kernels::Numerics numerics) {
+                   int threads, int group, dspark::kernels::Numerics numerics, bool from_caches) {
   use_threads(threads);
   read_bandwidth_gbs(threads);
   const QuantStorage first(bits, 1, rows, cols, 1, group);
   const int64_t bytes = first.w.bytes_per_expert();
-  const int64_t copies = std::max<int64_t>(1, (kMinWorkingSetBytes + bytes - 1) / bytes);
+  const int64_t copies =
+      from_caches ? 1 : std::max<int64_t>(1, (kMinWorkingSetBytes + bytes - 1) / bytes);
   std::vector<std::unique_ptr<QuantStorage>> matrices;
   for (int64_t c = 0; c < copies; ++c) {
     matrices.push_back(std::make_unique<QuantStorage>(bits, 1, rows, cols, 100 + c, group));
@@ -193,7 +198,9 @@ struct Shape {
 };
 
 // The default model's (SmolLM2-135M) matrices: 4-bit group-32 layers, 8-bit group-32 tied head,
-// at speculative verify widths, one thread (weights_GBps_oncpu is the kernel's own speed).
+// at speculative verify widths, one thread (weights_GBps_oncpu is the kernel's own speed); and
+// qmatmul_cached/...: the same from the caches (the head from L3 where it fits), the kernels'
+// arithmetic alone.
 void register_default_model_benchmarks() {
   struct DefaultShape {
     const char* name;
@@ -210,7 +217,16 @@ void register_default_model_benchmarks() {
                                std::to_string(shape.bits) + "_g32/m" + std::to_string(m) +
                                "/threads:1";
       benchmark::RegisterBenchmark(name.c_str(), qmatmul_bench, shape.bits, shape.rows, shape.cols,
-                                   m, 1, 32, dspark::kernels::numerics())
+                                   m, 1, 32, dspark::kernels::numerics(), false)
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
+    }
+    for (int64_t m : {1, 2, 3, 4, 8, 16}) {
+      const std::string name = std::string("qmatmul_cached/") + shape.name + "/b" +
+                               std::to_string(shape.bits) + "_g32/m" + std::to_string(m) +
+                               "/threads:1";
+      benchmark::RegisterBenchmark(name.c_str(), qmatmul_bench, shape.bits, shape.rows, shape.cols,
+                                   m, 1, 32, dspark::kernels::numerics(), true)
           ->UseRealTime()
           ->Unit(benchmark::kMicrosecond);
     }
@@ -230,7 +246,7 @@ void register_numerics_benchmarks() {
                                    dspark::kernels::numerics_name(numerics) + "/m" +
                                    std::to_string(m) + "/threads:" + std::to_string(threads);
           benchmark::RegisterBenchmark(name.c_str(), qmatmul_bench, 4, shape.rows, shape.cols, m,
-                                       threads, 64, numerics)
+                                       threads, 64, numerics, false)
               ->UseRealTime()
               ->Unit(benchmark::kMicrosecond);
         }
@@ -427,7 +443,7 @@ void register_benchmarks() {
         const std::string name = std::string("qmatmul/") + shape.name + "/b" +
                                  std::to_string(bits) + "/m1/threads:" + std::to_string(threads);
         benchmark::RegisterBenchmark(name.c_str(), qmatmul_bench, bits, shape.rows, shape.cols,
-                                     int64_t{1}, threads, 64, dspark::kernels::numerics())
+                                     int64_t{1}, threads, 64, dspark::kernels::numerics(), false)
             ->UseRealTime()
             ->Unit(benchmark::kMicrosecond);
       }
@@ -444,7 +460,8 @@ void register_benchmarks() {
         const std::string name = "qmatmul/in_proj_2688x10304/b" + std::to_string(bits) + "/m" +
                                  std::to_string(m) + "/threads:" + std::to_string(threads);
         benchmark::RegisterBenchmark(name.c_str(), qmatmul_bench, bits, int64_t{10304},
-                                     int64_t{2688}, m, threads, 64, dspark::kernels::numerics())
+                                     int64_t{2688}, m, threads, 64, dspark::kernels::numerics(),
+                                     false)
             ->UseRealTime()
             ->Unit(benchmark::kMicrosecond);
       }
