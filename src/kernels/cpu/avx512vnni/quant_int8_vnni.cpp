@@ -13,12 +13,12 @@
 // buffer and reused for every activation row of a block of up to 64, 4 rows per pass, so that an
 // extra activation row costs 8 vpdpbusd per 16 rows and 32 inputs. Up to 4 rows (a short verify)
 // take a single pass with each block unpacked into registers as it is reached: there the buffer's
-// stores and reloads cost more than they save (2 and 3 rows 0.74-0.76x the time, from caches).
-// 4-bit tile codes (quant.h), packed at load, are interleaved already, for every number of rows. A
-// single activation row (decode) is bound by the weight stream, and interleaving would cost more
-// than the products: 4- and 8-bit codes without tile codes multiply the activations as they lie in
-// memory, 4 blocks per vector, and one reduction per 4 blocks gathers the 16 rows' sums; other
-// widths interleave each block as they use it.
+// stores and reloads cost more than they save (2 and 3 rows of 4-bit codes 0.76-0.79x the time,
+// quant_bench qmatmul_cached). 4-bit tile codes (quant.h), packed at load, are interleaved
+// already, for every number of rows. A single activation row (decode) is bound by the weight
+// stream, and interleaving would cost more than the products: 4- and 8-bit codes without tile codes
+// multiply the activations as they lie in memory, 4 blocks per vector, and one reduction per 4
+// blocks gathers the 16 rows' sums; other widths interleave each block as they use it.
 #include <algorithm>
 #include <cstring>
 
