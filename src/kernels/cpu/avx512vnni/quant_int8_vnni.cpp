@@ -650,24 +650,18 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
       continue;
     }
     for (int64_t b = 0; b < blocks; ++b) unpack_block(b, codes[b]);
-    int64_t i = 0;
-    for (; i + kRowsAtOnce <= i1 - i0; i += kRowsAtOnce) {
-      const auto sums_of = [&](int64_t b, int k) __attribute__((always_inline)) {
-        if (i == 0 && k == 0) prefetch_block(b);
-        return block_sums(codes[b], x8[i + k] + b * kInt8Block);
+    // Passes of 4 rows over the buffer, the 1 to 3 rows left in one pass together.
+    for (int64_t i = 0; i < i1 - i0; i += kRowsAtOnce) {
+      const auto pass = [&]<int N>() __attribute__((always_inline)) {
+        const auto sums_of = [&](int64_t b, int k) __attribute__((always_inline)) {
+          if (i == 0 && k == 0) prefetch_block(b);
+          return block_sums(codes[b], x8[i + k] + b * kInt8Block);
+        };
+        accumulate_chunk<BlocksPerGroup, N>(sums_of, chunk_groups, d + i, xsums + i, scales, biases,
+                                            acc + i, bias_acc + i);
       };
-      accumulate_chunk<BlocksPerGroup, kRowsAtOnce>(sums_of, chunk_groups, d + i, xsums + i, scales,
-                                                    biases, acc + i, bias_acc + i);
+      with_row_count(std::min<int64_t>(kRowsAtOnce, i1 - i0 - i), pass);
     }
-    // The 1 to 3 rows left take one pass together.
-    const auto rest = [&]<int N>() __attribute__((always_inline)) {
-      const auto sums_of = [&](int64_t b, int k) __attribute__((always_inline)) {
-        return block_sums(codes[b], x8[i + k] + b * kInt8Block);
-      };
-      accumulate_chunk<BlocksPerGroup, N>(sums_of, chunk_groups, d + i, xsums + i, scales, biases,
-                                          acc + i, bias_acc + i);
-    };
-    if (i < i1 - i0) with_row_count(i1 - i0 - i, rest);
   }
   const auto stored = static_cast<__mmask16>((1u << rows) - 1);
   for (int64_t i = i0; i < i1; ++i) {
