@@ -3,8 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
+#include <random>
 #include <vector>
+
+#include "base/error.h"
 
 namespace dspark {
 namespace {
@@ -127,6 +131,46 @@ TEST(Sampler, SeedReproducesAndDiffers) {
 TEST(Sampler, GreedyTakesLowestIdOnTies) {
   std::vector<float> logits = {1.0f, 3.0f, 3.0f, 2.0f};
   EXPECT_EQ(argmax(logits.data(), 4), 1);
+}
+
+// argmax reads vectors in two passes: at every length and with NaNs, infinities, signed zeros and
+// ties anywhere (within a vector, across vectors, in the tail), it is the first of the largest
+// values that are not NaN, as one scalar pass defines it.
+TEST(Sampler, ArgmaxIsTheFirstLargestValueThatIsNotNan) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  const auto first_largest = [](const std::vector<float>& x) {
+    int64_t best = -1;
+    for (int64_t i = 0; i < static_cast<int64_t>(x.size()); ++i) {
+      if (std::isnan(x[i])) continue;
+      if (best < 0 || x[i] > x[best]) best = i;
+    }
+    return best;
+  };
+  std::mt19937 rng(5);
+  const std::vector<float> specials = {nan, inf, -inf, 0.0f, -0.0f, 7.0f};
+  for (int64_t n : {1, 2, 3, 4, 5, 15, 16, 17, 31, 33, 64, 70, 49152}) {
+    for (int trial = 0; trial < 40; ++trial) {
+      std::vector<float> x(n);
+      std::uniform_int_distribution<int> small(-4, 4);
+      for (float& v : x) v = static_cast<float>(small(rng));
+      std::uniform_int_distribution<int64_t> at(0, n - 1);
+      std::uniform_int_distribution<size_t> which(0, specials.size() - 1);
+      for (int k = 0; k < 3; ++k) x[at(rng)] = specials[which(rng)];
+      if (trial % 5 == 0) {
+        for (float& v : x) v = trial % 10 == 0 ? -inf : nan;
+        x[at(rng)] = trial % 10 == 0 ? -inf : -3.0f;
+      }
+      const int64_t want = first_largest(x);
+      if (want < 0) {
+        EXPECT_THROW(argmax(x.data(), n), Error) << "n=" << n << " trial " << trial;
+      } else {
+        ASSERT_EQ(argmax(x.data(), n), want) << "n=" << n << " trial " << trial;
+      }
+    }
+  }
+  std::vector<float> all_nan(37, nan);
+  EXPECT_THROW(argmax(all_nan.data(), 37), Error);
 }
 
 TEST(Sampler, Penalties) {
