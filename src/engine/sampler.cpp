@@ -3,7 +3,9 @@
 #include <emmintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 
@@ -98,27 +100,53 @@ int32_t argmax(const float* logits, int64_t vocab) {
   fail("sampling: every logit is NaN");
 }
 
+// A least-significant-digit radix sort (4 passes of 8 bits over 32-bit keys, each pass stable):
+// 0.2 ms for the default model's 49,152 logits, where std::sort with the comparison below took
+// 5 ms, as long as a forward, on every sampled token. Keys map a logit's order onto unsigned
+// order, descending: NaN counts as -infinity and -0 as +0, as the comparison does.
+std::vector<int32_t> ids_by_logit(const float* logits, int64_t vocab) {
+  if (vocab <= 0) return {};
+  std::vector<uint32_t> keys(vocab), next_keys(vocab);
+  std::vector<int32_t> ids(vocab), next_ids(vocab);
+  for (int64_t i = 0; i < vocab; ++i) {
+    float logit = logits[i];
+    if (std::isnan(logit)) logit = -std::numeric_limits<float>::infinity();
+    logit += 0.0f;  // -0 becomes +0
+    uint32_t bits = 0;
+    std::memcpy(&bits, &logit, sizeof(bits));
+    // Ascending floats as ascending unsigned integers, then inverted for descending logits.
+    const uint32_t ascending = (bits & 0x80000000u) != 0 ? ~bits : bits | 0x80000000u;
+    keys[i] = ~ascending;
+    ids[i] = static_cast<int32_t>(i);
+  }
+  for (int shift = 0; shift < 32; shift += 8) {
+    std::array<int64_t, 257> starts{};
+    for (uint32_t key : keys) ++starts[((key >> shift) & 0xFF) + 1];
+    if (starts[((keys[0] >> shift) & 0xFF) + 1] == vocab) continue;  // one digit: order unchanged
+    for (int d = 0; d < 256; ++d) starts[d + 1] += starts[d];
+    for (int64_t i = 0; i < vocab; ++i) {
+      const int64_t to = starts[(keys[i] >> shift) & 0xFF]++;
+      next_keys[to] = keys[i];
+      next_ids[to] = ids[i];
+    }
+    keys.swap(next_keys);
+    ids.swap(next_ids);
+  }
+  return ids;
+}
+
 TokenDistribution target_distribution(const SamplingParams& params, const float* logits,
                                       int64_t vocab) {
   check_sampling_params(params);
   if (params.greedy()) fail("target_distribution needs a temperature above 0");
-  std::vector<int32_t> order(vocab);
-  std::iota(order.begin(), order.end(), 0);
-  // NaN as -infinity keeps the sort's ordering strict and NaN tokens out of the candidates.
+  const std::vector<int32_t> order = ids_by_logit(logits, vocab);
+  // NaN as -infinity, as ids_by_logit orders it: NaN tokens are not candidates.
   auto key = [&](int32_t id) {
     const float logit = logits[id];
     return std::isnan(logit) ? -std::numeric_limits<float>::infinity() : logit;
   };
-  auto by_logit = [&](int32_t a, int32_t b) {
-    return key(a) > key(b) || (key(a) == key(b) && a < b);
-  };
   int64_t keep = vocab;
-  if (params.top_k > 0 && params.top_k < vocab) {
-    keep = params.top_k;
-    std::partial_sort(order.begin(), order.begin() + keep, order.end(), by_logit);
-  } else {
-    std::sort(order.begin(), order.end(), by_logit);
-  }
+  if (params.top_k > 0 && params.top_k < vocab) keep = params.top_k;
   // Softmax over the kept candidates at the given temperature, in double for stable sums.
   const double inverse_temperature = 1.0 / params.temperature;
   const double max_scaled = key(order[0]) * inverse_temperature;

@@ -66,6 +66,10 @@ void adjust_logits(const SamplingParams& params, const TokenCounts& counts, floa
 // error.
 int32_t argmax(const float* logits, int64_t vocab);
 
+// The ids 0 .. vocab-1 by descending logit, the lower id first among equal logits (-0 equals +0),
+// NaN counted as -infinity: the candidates' order in target_distribution.
+std::vector<int32_t> ids_by_logit(const float* logits, int64_t vocab);
+
 // The distribution sampling draws from, after temperature and truncation (penalties already
 // applied). Requires temperature > 0. NaN logits count as -infinity; when some logits are
 // +infinity, those share the probability.

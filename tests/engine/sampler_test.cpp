@@ -2,9 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -171,6 +173,35 @@ TEST(Sampler, ArgmaxIsTheFirstLargestValueThatIsNotNan) {
   }
   std::vector<float> all_nan(37, nan);
   EXPECT_THROW(argmax(all_nan.data(), 37), Error);
+}
+
+// target_distribution orders its candidates with a radix sort: the same order as sorting by
+// descending logit with ties to the lower id, NaN as -infinity and -0 equal to +0, for every
+// length and mix of values.
+TEST(Sampler, IdsByLogitIsTheComparisonSortsOrder) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  std::mt19937 rng(11);
+  const std::vector<float> specials = {nan, inf, -inf, 0.0f, -0.0f, 1e-30f, -1e-30f, 3e38f};
+  for (int64_t n : {1, 2, 7, 255, 256, 257, 1000, 49152}) {
+    for (int trial = 0; trial < 6; ++trial) {
+      std::vector<float> x(n);
+      std::normal_distribution<float> wide(0.0f, 8.0f);
+      std::uniform_int_distribution<int> few(-3, 3);
+      for (float& v : x) v = trial % 2 == 0 ? wide(rng) : static_cast<float>(few(rng));
+      std::uniform_int_distribution<int64_t> at(0, n - 1);
+      std::uniform_int_distribution<size_t> which(0, specials.size() - 1);
+      for (int k = 0; k < 1 + n / 50; ++k) x[at(rng)] = specials[which(rng)];
+      const auto key = [&](int32_t id) { return std::isnan(x[id]) ? -inf : x[id]; };
+      std::vector<int32_t> want(n);
+      std::iota(want.begin(), want.end(), 0);
+      std::sort(want.begin(), want.end(), [&](int32_t a, int32_t b) {
+        return key(a) > key(b) || (key(a) == key(b) && a < b);
+      });
+      ASSERT_EQ(ids_by_logit(x.data(), n), want) << "n=" << n << " trial " << trial;
+    }
+  }
+  EXPECT_TRUE(ids_by_logit(nullptr, 0).empty());
 }
 
 TEST(Sampler, Penalties) {
