@@ -100,14 +100,20 @@ int32_t argmax(const float* logits, int64_t vocab) {
   fail("sampling: every logit is NaN");
 }
 
-// A least-significant-digit radix sort (4 passes of 8 bits over 32-bit keys, each pass stable):
-// 0.2 ms for the default model's 49,152 logits, where std::sort with the comparison below took
-// 5 ms, as long as a forward, on every sampled token. Keys map a logit's order onto unsigned
-// order, descending: NaN counts as -infinity and -0 as +0, as the comparison does.
+// A least-significant-digit radix sort (stable passes of 8 bits over 32-bit keys, the four
+// digits' counts taken in one read): 0.7 ms for the default model's 49,152 logits, where std::sort
+// with the comparison below took 5-6 ms, longer than a forward, on every sampled token. Keys map a
+// logit's order onto unsigned order, descending: NaN counts as -infinity and -0 as +0, as the
+// comparison does.
 std::vector<int32_t> ids_by_logit(const float* logits, int64_t vocab) {
   if (vocab <= 0) return {};
-  std::vector<uint32_t> keys(vocab), next_keys(vocab);
-  std::vector<int32_t> ids(vocab), next_ids(vocab);
+  thread_local std::vector<uint32_t> keys, next_keys;
+  thread_local std::vector<int32_t> next_ids;
+  keys.resize(vocab);
+  next_keys.resize(vocab);
+  next_ids.resize(vocab);
+  std::vector<int32_t> ids(vocab);
+  std::array<std::array<int64_t, 257>, 4> starts{};
   for (int64_t i = 0; i < vocab; ++i) {
     float logit = logits[i];
     if (std::isnan(logit)) logit = -std::numeric_limits<float>::infinity();
@@ -116,16 +122,18 @@ std::vector<int32_t> ids_by_logit(const float* logits, int64_t vocab) {
     std::memcpy(&bits, &logit, sizeof(bits));
     // Ascending floats as ascending unsigned integers, then inverted for descending logits.
     const uint32_t ascending = (bits & 0x80000000u) != 0 ? ~bits : bits | 0x80000000u;
-    keys[i] = ~ascending;
+    const uint32_t key = ~ascending;
+    keys[i] = key;
     ids[i] = static_cast<int32_t>(i);
+    for (int pass = 0; pass < 4; ++pass) ++starts[pass][((key >> (8 * pass)) & 0xFF) + 1];
   }
-  for (int shift = 0; shift < 32; shift += 8) {
-    std::array<int64_t, 257> starts{};
-    for (uint32_t key : keys) ++starts[((key >> shift) & 0xFF) + 1];
-    if (starts[((keys[0] >> shift) & 0xFF) + 1] == vocab) continue;  // one digit: order unchanged
-    for (int d = 0; d < 256; ++d) starts[d + 1] += starts[d];
+  for (int pass = 0; pass < 4; ++pass) {
+    const int shift = 8 * pass;
+    std::array<int64_t, 257>& start = starts[pass];
+    if (start[((keys[0] >> shift) & 0xFF) + 1] == vocab) continue;  // one digit: order unchanged
+    for (int d = 0; d < 256; ++d) start[d + 1] += start[d];
     for (int64_t i = 0; i < vocab; ++i) {
-      const int64_t to = starts[(keys[i] >> shift) & 0xFF]++;
+      const int64_t to = start[(keys[i] >> shift) & 0xFF]++;
       next_keys[to] = keys[i];
       next_ids[to] = ids[i];
     }
