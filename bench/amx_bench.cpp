@@ -257,6 +257,9 @@ AMX_TARGET void BM_ProductThenCombine(benchmark::State& state) {
   for (int r = 0; r < 16; ++r) sum[r] = bias[r] = _mm512_setzero_ps();
   for (auto _ : state) {
     eight_block_products(o);
+    // GCC's tile intrinsics are asm statements that declare no memory effects: without this
+    // barrier the sums' loads below could be moved before the tile stores.
+    benchmark::ClobberMemory();
     combine_eight_blocks(o, state.range(0), sum, bias);
   }
   for (int r = 0; r < 16; ++r) benchmark::DoNotOptimize(sum[r] = _mm512_add_ps(sum[r], bias[r]));
