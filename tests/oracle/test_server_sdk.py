@@ -292,7 +292,14 @@ def test_concurrent_clients_with_disconnects(server):
     for t in threads:
         t.join()
     assert not errors
+    # A request whose client disconnected ends at its next chunk or round, which can come after
+    # the client's thread has returned: the gauges must settle at 0, not be 0 at once.
+    deadline = time.time() + 30
     metrics = server.get("/metrics")
+    while time.time() < deadline and not ("dspark_requests_waiting 0" in metrics
+                                          and "dspark_requests_running 0" in metrics):
+        time.sleep(0.05)
+        metrics = server.get("/metrics")
     assert "dspark_requests_waiting 0" in metrics
     assert "dspark_requests_running 0" in metrics
     assert "dspark_prefill_tokens_total 0" in metrics
