@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "base/error.h"
+#include "kernels/ops.h"
 
 namespace dspark {
 
@@ -100,39 +101,38 @@ int32_t argmax(const float* logits, int64_t vocab) {
   fail("sampling: every logit is NaN");
 }
 
-// A least-significant-digit radix sort (stable passes of 8 bits over 32-bit keys, the four
-// digits' counts taken in one read): 0.7 ms for the default model's 49,152 logits, where std::sort
-// comparing logits (NaN as -infinity, ties to the lower id) took 5-6 ms, longer than a forward, on
-// every sampled token. Keys map a logit's order onto unsigned order, descending: NaN counts as
-// -infinity and -0 as +0, as that comparison did.
-std::vector<int32_t> ids_by_logit(const float* logits, int64_t vocab) {
-  if (vocab <= 0) return {};
+// A least-significant-digit radix sort (stable passes, the four 8-bit digits' counts taken in one
+// read): sampling orders up to every token of the
+// vocabulary, and std::sort with a comparison took 5-6 ms for the default model's 49,152, longer
+// than a forward. Weights are non-negative and not NaN, so their bits order as unsigned integers.
+void order_by_weight(const float* weights, std::vector<int32_t>& ids) {
+  const int64_t n = static_cast<int64_t>(ids.size());
+  constexpr int64_t kComparisonSortUpTo = 1024;  // below this the passes' counts cost more
+  if (n <= kComparisonSortUpTo) {
+    std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) {
+      return weights[a] > weights[b] || (weights[a] == weights[b] && a < b);
+    });
+    return;
+  }
   thread_local std::vector<uint32_t> keys, next_keys;
   thread_local std::vector<int32_t> next_ids;
-  keys.resize(vocab);
-  next_keys.resize(vocab);
-  next_ids.resize(vocab);
-  std::vector<int32_t> ids(vocab);
+  keys.resize(n);
+  next_keys.resize(n);
+  next_ids.resize(n);
   std::array<std::array<int64_t, 257>, 4> starts{};
-  for (int64_t i = 0; i < vocab; ++i) {
-    float logit = logits[i];
-    if (std::isnan(logit)) logit = -std::numeric_limits<float>::infinity();
-    logit += 0.0f;  // -0 becomes +0
+  for (int64_t i = 0; i < n; ++i) {
     uint32_t bits = 0;
-    std::memcpy(&bits, &logit, sizeof(bits));
-    // Ascending floats as ascending unsigned integers, then inverted for descending logits.
-    const uint32_t ascending = (bits & 0x80000000u) != 0 ? ~bits : bits | 0x80000000u;
-    const uint32_t key = ~ascending;
+    std::memcpy(&bits, &weights[ids[i]], sizeof(bits));
+    const uint32_t key = ~bits;  // descending
     keys[i] = key;
-    ids[i] = static_cast<int32_t>(i);
     for (int pass = 0; pass < 4; ++pass) ++starts[pass][((key >> (8 * pass)) & 0xFF) + 1];
   }
   for (int pass = 0; pass < 4; ++pass) {
     const int shift = 8 * pass;
     std::array<int64_t, 257>& start = starts[pass];
-    if (start[((keys[0] >> shift) & 0xFF) + 1] == vocab) continue;  // one digit: order unchanged
+    if (start[((keys[0] >> shift) & 0xFF) + 1] == n) continue;  // one digit: order unchanged
     for (int d = 0; d < 256; ++d) start[d + 1] += start[d];
-    for (int64_t i = 0; i < vocab; ++i) {
+    for (int64_t i = 0; i < n; ++i) {
       const int64_t to = start[(keys[i] >> shift) & 0xFF]++;
       next_keys[to] = keys[i];
       next_ids[to] = ids[i];
@@ -140,63 +140,141 @@ std::vector<int32_t> ids_by_logit(const float* logits, int64_t vocab) {
     keys.swap(next_keys);
     ids.swap(next_ids);
   }
-  return ids;
 }
+
+namespace {
+
+// Σ weights in double over 8 interleaved partial sums, added pairwise at the end: a fixed order
+// whose additions do not each wait for the one before.
+double sum_of_weights(const float* weights, int64_t n) {
+  std::array<double, 8> partial{};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int k = 0; k < 8; ++k) partial[k] += weights[i + k];
+  }
+  for (; i < n; ++i) partial[i & 7] += weights[i];
+  return ((partial[0] + partial[1]) + (partial[2] + partial[3])) +
+         ((partial[4] + partial[5]) + (partial[6] + partial[7]));
+}
+
+int64_t count_at_least(const float* weights, int64_t n, float floor) {
+  int64_t count = 0;
+  for (int64_t i = 0; i < n; ++i) count += weights[i] >= floor ? 1 : 0;
+  return count;
+}
+
+double mass_at_least(const float* weights, int64_t n, float floor) {
+  std::array<double, 4> partial{};
+  for (int64_t i = 0; i < n; ++i) partial[i & 3] += weights[i] >= floor ? weights[i] : 0.0f;
+  return (partial[0] + partial[1]) + (partial[2] + partial[3]);
+}
+
+// ids[i] = the i-th token of positive weight and probs[i] its weight over `total`, in id order.
+TokenDistribution whole_distribution(const float* weights, int64_t vocab, double total) {
+  const double inverse_total = 1.0 / total;
+  TokenDistribution distribution;
+  distribution.ids.resize(vocab);
+  distribution.probs.resize(vocab);
+  int64_t kept = 0;
+  for (int64_t i = 0; i < vocab; ++i) {
+    distribution.ids[kept] = static_cast<int32_t>(i);
+    distribution.probs[kept] = static_cast<float>(weights[i] * inverse_total);
+    kept += weights[i] > 0.0f ? 1 : 0;
+  }
+  distribution.ids.resize(kept);
+  distribution.probs.resize(kept);
+  return distribution;
+}
+
+}  // namespace
 
 TokenDistribution target_distribution(const SamplingParams& params, const float* logits,
                                       int64_t vocab) {
   check_sampling_params(params);
   if (params.greedy()) fail("target_distribution needs a temperature above 0");
-  const std::vector<int32_t> order = ids_by_logit(logits, vocab);
-  // NaN as -infinity, as ids_by_logit orders it: NaN tokens are not candidates.
-  auto key = [&](int32_t id) {
-    const float logit = logits[id];
-    return std::isnan(logit) ? -std::numeric_limits<float>::infinity() : logit;
-  };
-  int64_t keep = vocab;
-  if (params.top_k > 0 && params.top_k < vocab) keep = params.top_k;
-  // Softmax over the kept candidates at the given temperature, in double for stable sums.
-  const double inverse_temperature = 1.0 / params.temperature;
-  const double max_scaled = key(order[0]) * inverse_temperature;
-  if (std::isinf(max_scaled) && max_scaled < 0) fail("sampling: no token has a finite logit");
-  std::vector<double> weights(keep);
-  double total = 0.0;
-  for (int64_t i = 0; i < keep; ++i) {
-    const double scaled = key(order[i]) * inverse_temperature;
-    // With +infinity logits (or a temperature so small the scaling overflows) the largest share
-    // the mass; exp(inf - inf) would be NaN.
-    weights[i] =
-        std::isinf(max_scaled) ? (scaled == max_scaled ? 1.0 : 0.0) : std::exp(scaled - max_scaled);
-    total += weights[i];
+  if (vocab <= 0) fail("sampling: there are no logits");
+  const float peak = logits[argmax(logits, vocab)];  // fails when every logit is NaN
+  if (peak == -std::numeric_limits<float>::infinity()) {
+    fail("sampling: no token has a finite logit");
   }
-  // Tokens of weight 0 (masked to -infinity by a grammar or a bias) are not candidates: dropping
-  // them keeps sample_from's last-entry fallback on a token that can occur.
-  while (keep > 1 && weights[keep - 1] == 0.0) --keep;
-  if (params.top_p < 1.0f) {
+  thread_local std::vector<float> weights;
+  weights.resize(vocab);
+  const float scale = 1.0f / params.temperature;
+  if (std::isinf(peak) || std::isinf(scale)) {
+    // With +infinity logits, or a temperature so small that its inverse overflows, the largest
+    // logits share the mass.
+    for (int64_t i = 0; i < vocab; ++i) weights[i] = logits[i] == peak ? 1.0f : 0.0f;
+  } else {
+    kernels::softmax_weights(logits, vocab, peak, scale, weights.data());
+  }
+  const float* w = weights.data();
+  const bool top_k = params.top_k > 0 && params.top_k < vocab;
+  const bool top_p = params.top_p < 1.0f;
+  const bool min_p = params.min_p > 0.0f;
+  // Without truncation nothing needs an order: sample_from walks the tokens by id.
+  double total = top_k ? 0.0 : sum_of_weights(w, vocab);
+  if (!top_k && !top_p && !min_p) return whole_distribution(w, vocab, total);
+  // Truncation keeps a prefix of the tokens by descending weight, ties by id. Only the tokens of
+  // weight at least a floor are sorted, the highest floor of 1, 2^-4, 2^-8, ... that holds the
+  // prefix: the top k need k tokens; top-p needs its share of the mass, with a margin far above
+  // the sums' rounding; min-p alone keeps weights of at least min_p times the largest, which is 1.
+  // The last floor, 2^-128, is below every positive weight (exp_block's least is e^-87).
+  const auto holds_prefix = [&](float floor) {
+    if (top_k) return count_at_least(w, vocab, floor) >= params.top_k;
+    if (top_p) return mass_at_least(w, vocab, floor) >= params.top_p * total * (1.0 + 1e-9);
+    return floor <= params.min_p;
+  };
+  constexpr int kLastFloorExponent = 128;
+  int floor_exponent = 0;
+  while (floor_exponent < kLastFloorExponent && !holds_prefix(std::ldexp(1.0f, -floor_exponent))) {
+    floor_exponent += 4;
+  }
+  std::vector<int32_t> order;
+  int64_t keep = 0;
+  for (;;) {
+    const float floor = std::ldexp(1.0f, -floor_exponent);
+    order.clear();
+    for (int64_t i = 0; i < vocab; ++i) {
+      if (w[i] >= floor && w[i] > 0.0f) order.push_back(static_cast<int32_t>(i));
+    }
+    order_by_weight(w, order);
+    keep = static_cast<int64_t>(order.size());
+    if (top_k) {
+      keep = std::min<int64_t>(keep, params.top_k);
+      total = 0.0;
+      for (int64_t i = 0; i < keep; ++i) total += w[order[i]];
+    }
+    if (!top_p) break;
     double cumulative = 0.0;
-    int64_t cut = keep;
+    int64_t cut = -1;
     for (int64_t i = 0; i < keep; ++i) {
-      cumulative += weights[i] / total;
+      cumulative += w[order[i]] / total;
       if (cumulative >= params.top_p) {
         cut = i + 1;
         break;
       }
     }
-    keep = std::max<int64_t>(1, cut);
+    // Short of top_p: the whole support (or all k) is kept, once every positive weight is in.
+    if (cut > 0 || top_k || floor_exponent == kLastFloorExponent) {
+      if (cut > 0) keep = cut;
+      break;
+    }
+    floor_exponent = kLastFloorExponent;
   }
-  if (params.min_p > 0.0f) {
-    const double threshold = params.min_p * weights[0];
+  if (min_p) {
+    const double threshold = params.min_p * static_cast<double>(w[order[0]]);
     int64_t cut = 1;
-    while (cut < keep && weights[cut] >= threshold) ++cut;
+    while (cut < keep && w[order[cut]] >= threshold) ++cut;
     keep = cut;
   }
   double kept_total = 0.0;
-  for (int64_t i = 0; i < keep; ++i) kept_total += weights[i];
+  for (int64_t i = 0; i < keep; ++i) kept_total += w[order[i]];
+  const double inverse_total = 1.0 / kept_total;
   TokenDistribution distribution;
   distribution.ids.assign(order.begin(), order.begin() + keep);
   distribution.probs.resize(keep);
   for (int64_t i = 0; i < keep; ++i) {
-    distribution.probs[i] = static_cast<float>(weights[i] / kept_total);
+    distribution.probs[i] = static_cast<float>(w[order[i]] * inverse_total);
   }
   return distribution;
 }

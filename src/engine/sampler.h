@@ -37,8 +37,9 @@ struct SamplingParams {
 // finite presence / frequency penalties and logit biases). The sampling entry points call it.
 void check_sampling_params(const SamplingParams& params);
 
-// A truncated, renormalised distribution: token ids with their probabilities, sorted by
-// probability (descending, ties by id).
+// A truncated, renormalised distribution: token ids with their probabilities. With top-k, top-p
+// or min-p the kept tokens are sorted by probability (descending, ties by id); without them every
+// token of positive probability is listed by id.
 struct TokenDistribution {
   std::vector<int32_t> ids;
   std::vector<float> probs;
@@ -66,13 +67,14 @@ void adjust_logits(const SamplingParams& params, const TokenCounts& counts, floa
 // error.
 int32_t argmax(const float* logits, int64_t vocab);
 
-// The ids 0 .. vocab-1 by descending logit, the lower id first among equal logits (-0 equals +0),
-// NaN counted as -infinity: the candidates' order in target_distribution.
-std::vector<int32_t> ids_by_logit(const float* logits, int64_t vocab);
+// Reorders `ids` (ascending on entry) by descending weight, the lower id first among equal
+// weights; weights are non-negative and not NaN: the candidates' order in target_distribution.
+void order_by_weight(const float* weights, std::vector<int32_t>& ids);
 
 // The distribution sampling draws from, after temperature and truncation (penalties already
-// applied). Requires temperature > 0. NaN logits count as -infinity; when some logits are
-// +infinity, those share the probability.
+// applied). Requires temperature > 0. The weights are exp((logit - max) / T) from
+// kernels::softmax_weights (the same bits on every ISA), summed in double. NaN logits count as
+// -infinity; when some logits are +infinity, those share the probability.
 TokenDistribution target_distribution(const SamplingParams& params, const float* logits,
                                       int64_t vocab);
 

@@ -31,6 +31,12 @@ void silu(float* x, int64_t n);
 // bits on every ISA); out may alias gate or up. silu, swiglu_columns and gated_rms_norm run it
 // with best_isa().
 void silu_product_isa(Isa isa, const float* gate, const float* up, float* out, int64_t n);
+// A sampling distribution's unnormalised weights with `isa`'s kernel (the same bits on every ISA):
+// out[i] = exp((x[i] - peak) · scale) with kernels/cpu/exp_block.h's exp, and 0 where x[i] is NaN.
+// For weights in (0, 1], peak is finite and no x[i] exceeds it, and scale is finite and positive.
+// softmax_weights runs it with best_isa().
+void softmax_weights_isa(Isa isa, const float* x, int64_t n, float peak, float scale, float* out);
+void softmax_weights(const float* x, int64_t n, float peak, float scale, float* out);
 // In place: x ← max(x, 0)².
 void relu_squared(float* x, int64_t n);
 // log(1 + exp(x)) without overflow.

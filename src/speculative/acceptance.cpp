@@ -1,7 +1,6 @@
 #include "speculative/acceptance.h"
 
 #include <algorithm>
-#include <unordered_map>
 #include <vector>
 
 #include "base/error.h"
@@ -13,19 +12,25 @@ bool accept_sampled(const TokenDistribution& target, const TokenDistribution* pr
   const double p = target.prob_of(token);
   const double q = proposal != nullptr ? proposal->prob_of(token) : 1.0;
   if (uniform < std::min(1.0, p / std::max(q, 1e-9))) return true;
-  // Residual max(p − q, 0), renormalised; q is zero outside its support.
-  std::unordered_map<int32_t, float> q_of;
+  // Residual max(p − q, 0), renormalised; q is zero outside its support. q is looked up by id in a
+  // dense table: both distributions can hold the whole vocabulary.
+  int32_t largest_id = 0;
+  for (int32_t id : target.ids) largest_id = std::max(largest_id, id);
+  thread_local std::vector<float> q_of;
+  q_of.assign(static_cast<size_t>(largest_id) + 1, 0.0f);
   if (proposal != nullptr) {
-    for (size_t i = 0; i < proposal->ids.size(); ++i) q_of[proposal->ids[i]] = proposal->probs[i];
-  } else {
-    q_of[token] = 1.0f;
+    for (size_t i = 0; i < proposal->ids.size(); ++i) {
+      const int32_t id = proposal->ids[i];
+      if (id >= 0 && id <= largest_id) q_of[static_cast<size_t>(id)] = proposal->probs[i];
+    }
+  } else if (token >= 0 && token <= largest_id) {
+    q_of[static_cast<size_t>(token)] = 1.0f;
   }
   residual.ids.clear();
   residual.probs.clear();
   double total = 0.0;
   for (size_t i = 0; i < target.ids.size(); ++i) {
-    auto found = q_of.find(target.ids[i]);
-    const double mass = target.probs[i] - (found != q_of.end() ? found->second : 0.0);
+    const double mass = target.probs[i] - q_of[static_cast<size_t>(target.ids[i])];
     if (mass > 0.0) {
       residual.ids.push_back(target.ids[i]);
       residual.probs.push_back(static_cast<float>(mass));

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "kernels/ops.h"
 
 namespace dspark {
 namespace {
@@ -175,33 +176,104 @@ TEST(Sampler, ArgmaxIsTheFirstLargestValueThatIsNotNan) {
   EXPECT_THROW(argmax(all_nan.data(), 37), Error);
 }
 
-// target_distribution orders its candidates with a radix sort: the same order as sorting by
-// descending logit with ties to the lower id, NaN as -infinity and -0 equal to +0, for every
-// length and mix of values.
-TEST(Sampler, IdsByLogitIsTheComparisonSortsOrder) {
-  const float nan = std::numeric_limits<float>::quiet_NaN();
+// The candidates' order: descending weight, the lower id first among equals.
+auto heavier_first(const std::vector<float>& w) {
+  return [&w](int32_t a, int32_t b) { return w[a] > w[b] || (w[a] == w[b] && a < b); };
+}
+
+// target_distribution orders its candidates with a radix sort above 1,024 of them: the same order
+// as sorting by descending weight with ties to the lower id, for every length, subset of the ids
+// and mix of weights (zeros, denormals, ties, infinity).
+TEST(Sampler, OrderByWeightIsTheComparisonSortsOrder) {
   const float inf = std::numeric_limits<float>::infinity();
   std::mt19937 rng(11);
-  const std::vector<float> specials = {nan, inf, -inf, 0.0f, -0.0f, 1e-30f, -1e-30f, 3e38f};
-  for (int64_t n : {1, 2, 7, 255, 256, 257, 1000, 49152}) {
+  const std::vector<float> specials = {inf, 0.0f, 1e-40f, 1e-30f, 1.0f, 3e38f};
+  for (int64_t n : {1, 2, 7, 1024, 1025, 4097, 49152}) {
     for (int trial = 0; trial < 6; ++trial) {
-      std::vector<float> x(n);
-      std::normal_distribution<float> wide(0.0f, 8.0f);
-      std::uniform_int_distribution<int> few(-3, 3);
-      for (float& v : x) v = trial % 2 == 0 ? wide(rng) : static_cast<float>(few(rng));
+      std::vector<float> w(n);
+      std::exponential_distribution<float> wide(0.1f);
+      std::uniform_int_distribution<int> few(0, 3);
+      for (float& v : w) v = trial % 2 == 0 ? std::exp(-wide(rng)) : static_cast<float>(few(rng));
       std::uniform_int_distribution<int64_t> at(0, n - 1);
       std::uniform_int_distribution<size_t> which(0, specials.size() - 1);
-      for (int k = 0; k < 1 + n / 50; ++k) x[at(rng)] = specials[which(rng)];
-      const auto key = [&](int32_t id) { return std::isnan(x[id]) ? -inf : x[id]; };
-      std::vector<int32_t> want(n);
-      std::iota(want.begin(), want.end(), 0);
-      std::sort(want.begin(), want.end(), [&](int32_t a, int32_t b) {
-        return key(a) > key(b) || (key(a) == key(b) && a < b);
-      });
-      ASSERT_EQ(ids_by_logit(x.data(), n), want) << "n=" << n << " trial " << trial;
+      for (int k = 0; k < 1 + n / 50; ++k) w[at(rng)] = specials[which(rng)];
+      // Every id, or (odd trials past the first two) every third one.
+      std::vector<int32_t> ids;
+      for (int32_t id = 0; id < n; id += trial >= 2 && trial % 2 == 1 ? 3 : 1) ids.push_back(id);
+      std::vector<int32_t> want = ids;
+      std::sort(want.begin(), want.end(), heavier_first(w));
+      order_by_weight(w.data(), ids);
+      ASSERT_EQ(ids, want) << "n=" << n << " trial " << trial;
     }
   }
-  EXPECT_TRUE(ids_by_logit(nullptr, 0).empty());
+  std::vector<int32_t> none;
+  order_by_weight(nullptr, none);
+  EXPECT_TRUE(none.empty());
+}
+
+// On a vocabulary-sized row, every truncation keeps the prefix of the tokens by descending
+// probability that its definition names, whatever floor the candidates were cut at: the
+// distribution equals one built from a full sort of the same weights.
+TEST(Sampler, TruncationOfALargeVocabularyKeepsTheDefinedPrefix) {
+  const int64_t vocab = 49152;
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 4; ++trial) {
+    std::vector<float> logits(vocab);
+    std::normal_distribution<float> spread(0.0f, trial < 2 ? 2.0f : 6.0f);
+    for (float& v : logits) v = spread(rng);
+    for (int k = 0; k < 10; ++k) logits[rng() % vocab] += 10.0f;
+    for (const SamplingCase c : {SamplingCase{0.7f, 40, 1.0f, 0.0f},
+                                 {1.0f, 0, 0.95f, 0.0f},
+                                 {1.0f, 0, 0.5f, 0.0f},
+                                 {0.8f, 0, 1.0f, 0.05f},
+                                 {1.2f, 2000, 0.99f, 0.01f},
+                                 {1.0f, 0, 0.99999f, 0.0f}}) {
+      SamplingParams params;
+      params.temperature = c.temperature;
+      params.top_k = c.top_k;
+      params.top_p = c.top_p;
+      params.min_p = c.min_p;
+      const TokenDistribution d = target_distribution(params, logits.data(), vocab);
+      // The same weights, every positive one sorted.
+      std::vector<float> w(vocab);
+      const float peak = *std::max_element(logits.begin(), logits.end());
+      kernels::softmax_weights(logits.data(), vocab, peak, 1.0f / c.temperature, w.data());
+      std::vector<int32_t> order;
+      for (int32_t id = 0; id < vocab; ++id) {
+        if (w[id] > 0.0f) order.push_back(id);
+      }
+      std::sort(order.begin(), order.end(), heavier_first(w));
+      size_t keep = order.size();
+      if (c.top_k > 0) keep = std::min<size_t>(keep, c.top_k);
+      double total = 0.0;
+      if (c.top_k > 0) {
+        for (size_t i = 0; i < keep; ++i) total += w[order[i]];
+      } else {
+        for (int32_t id : order) total += w[id];
+      }
+      if (c.top_p < 1.0f) {
+        double cumulative = 0.0;
+        for (size_t i = 0; i < keep; ++i) {
+          cumulative += w[order[i]] / total;
+          if (cumulative >= c.top_p) {
+            keep = i + 1;
+            break;
+          }
+        }
+      }
+      if (c.min_p > 0.0f) {
+        size_t cut = 1;
+        while (cut < keep && w[order[cut]] >= c.min_p * static_cast<double>(w[order[0]])) ++cut;
+        keep = cut;
+      }
+      order.resize(keep);
+      EXPECT_EQ(d.ids, order) << "trial " << trial << " T=" << c.temperature << " k=" << c.top_k
+                              << " p=" << c.top_p << " min_p=" << c.min_p;
+      double sum = 0.0;
+      for (float p : d.probs) sum += p;
+      EXPECT_NEAR(sum, 1.0, 1e-5);
+    }
+  }
 }
 
 TEST(Sampler, Penalties) {

@@ -65,8 +65,7 @@ TEST(SamplingGuards, NanLogitsNeverWin) {
   SamplingParams p;
   p.temperature = 1.0f;
   const TokenDistribution d = target_distribution(p, logits.data(), 5);
-  ASSERT_EQ(d.ids.size(), 3u);
-  EXPECT_EQ(d.ids[0], 2);
+  EXPECT_EQ(d.ids, (std::vector<int32_t>{1, 2, 4}));
   double total = 0.0;
   for (float prob : d.probs) {
     EXPECT_TRUE(std::isfinite(prob));

@@ -355,6 +355,42 @@ TEST(Elementwise, SiluGivesTheSameBitsOnEveryIsaWithinUlpsOfExactSilu) {
   }
 }
 
+TEST(Elementwise, SoftmaxWeightsGiveTheSameBitsOnEveryIsaWithinUlpsOfExp) {
+  // Logits below a peak of 3 at two scales and a sweep over exp's floor, then the special values
+  // (the peak itself, -0, -infinity and NaN); 1,000 in all, so every kernel's tail runs too.
+  const float peak = 3.0f, scale = 1.0f / 0.7f;
+  std::vector<float> logits;
+  for (float x : random_vector(400, 41, 2.0f)) logits.push_back(std::min(x, peak));
+  for (float x : random_vector(400, 42, 20.0f)) logits.push_back(std::min(x, peak));
+  for (int i = 0; i < 190; ++i) logits.push_back(peak - 58.0f - 0.02f * static_cast<float>(i));
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float infinity = std::numeric_limits<float>::infinity();
+  for (float x : {peak, -0.0f, -infinity, nan, peak - 1e-6f, -nan, nan, -infinity, 0.0f, peak}) {
+    logits.push_back(x);
+  }
+  const int64_t n = static_cast<int64_t>(logits.size());
+  std::vector<float> reference(n);
+  softmax_weights_isa(Isa::scalar, logits.data(), n, peak, scale, reference.data());
+  for (Isa isa : {Isa::avx2, Isa::avx512}) {
+    if (!isa_supported(isa)) continue;
+    std::vector<float> out(n);
+    softmax_weights_isa(isa, logits.data(), n, peak, scale, out.data());
+    EXPECT_EQ(std::memcmp(out.data(), reference.data(), n * sizeof(float)), 0) << isa_name(isa);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = logits[i];
+    const float z = (x - peak) * scale;
+    if (std::isnan(x) || z < -87.0f) {
+      EXPECT_EQ(reference[i], 0.0f) << x;
+      continue;
+    }
+    const float exact = static_cast<float>(std::exp(static_cast<double>(z)));
+    EXPECT_LE(ulps_apart(reference[i], exact), 2) << x << ": " << reference[i] << " vs " << exact;
+    EXPECT_LE(reference[i], 1.0f) << x;
+  }
+  EXPECT_EQ(reference[990], 1.0f) << "the peak's weight is exactly 1";
+}
+
 TEST(Elementwise, MambaStepSizesAreClampedSoftplusOfRawPlusBias) {
   // Rows of 5 values of which the first 3 are the heads' raw step sizes.
   const int64_t rows = 7, heads = 3, stride = 5;

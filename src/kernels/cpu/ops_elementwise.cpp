@@ -28,21 +28,28 @@ void rms_norm(const float* x, int64_t rows, int64_t dim, const float* weight, fl
 
 namespace {
 
-using SiluProduct = void (*)(const float*, const float*, float*, int64_t);
-
-SiluProduct silu_product_kernel(Isa isa) {
-  if (!isa_supported(isa)) fail("silu: this CPU does not support the {} kernels", isa_name(isa));
+// The kernel of an element-wise op for `isa`: one per vector width.
+template <typename Kernel>
+Kernel elementwise_kernel(Isa isa, const char* op, Kernel scalar, Kernel avx2, Kernel avx512) {
+  if (!isa_supported(isa)) fail("{}: this CPU does not support the {} kernels", op, isa_name(isa));
   switch (isa) {
     case Isa::avx512vnni:
     case Isa::avx512:
-      return cpu::silu_product_avx512;
+      return avx512;
     case Isa::avxvnni:
     case Isa::avx2:
-      return cpu::silu_product_avx2;
+      return avx2;
     case Isa::scalar:
       break;
   }
-  return cpu::silu_product_ref;
+  return scalar;
+}
+
+using SiluProduct = void (*)(const float*, const float*, float*, int64_t);
+
+SiluProduct silu_product_kernel(Isa isa) {
+  return elementwise_kernel<SiluProduct>(isa, "silu", cpu::silu_product_ref, cpu::silu_product_avx2,
+                                         cpu::silu_product_avx512);
 }
 
 // The kernel of best_isa(), resolved once: the element-wise steps run hundreds of times a token.
@@ -51,7 +58,23 @@ SiluProduct silu_product_best() {
   return kernel;
 }
 
+using SoftmaxWeights = void (*)(const float*, int64_t, float, float, float*);
+
+SoftmaxWeights softmax_weights_kernel(Isa isa) {
+  return elementwise_kernel<SoftmaxWeights>(isa, "softmax weights", cpu::softmax_weights_ref,
+                                            cpu::softmax_weights_avx2, cpu::softmax_weights_avx512);
+}
+
 }  // namespace
+
+void softmax_weights_isa(Isa isa, const float* x, int64_t n, float peak, float scale, float* out) {
+  softmax_weights_kernel(isa)(x, n, peak, scale, out);
+}
+
+void softmax_weights(const float* x, int64_t n, float peak, float scale, float* out) {
+  static const SoftmaxWeights kernel = softmax_weights_kernel(best_isa());
+  kernel(x, n, peak, scale, out);
+}
 
 void silu_product_isa(Isa isa, const float* gate, const float* up, float* out, int64_t n) {
   silu_product_kernel(isa)(gate, up, out, n);

@@ -10,4 +10,8 @@ void silu_product_ref(const float* gate, const float* up, float* out, int64_t n)
   }
 }
 
+void softmax_weights_ref(const float* x, int64_t n, float peak, float scale, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = x[i] != x[i] ? 0.0f : exp_block((x[i] - peak) * scale);
+}
+
 }  // namespace dspark::kernels::cpu
