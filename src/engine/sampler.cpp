@@ -231,28 +231,37 @@ TokenDistribution whole_distribution(const float* weights, int64_t vocab, double
   return distribution;
 }
 
+// weights[i] = exp((logits[i] - peak) · scale) (0 for NaN) from kernels::softmax_weights; with
+// +infinity logits, or a scale so large that it overflowed, the largest logits share the mass.
+// peak is the largest logit, not -infinity.
+const float* softmax_weights_of(const float* logits, int64_t vocab, float peak, float scale) {
+  thread_local std::vector<float> weights;
+  weights.resize(vocab);
+  if (std::isinf(peak) || std::isinf(scale)) {
+    for (int64_t i = 0; i < vocab; ++i) weights[i] = logits[i] == peak ? 1.0f : 0.0f;
+  } else {
+    kernels::softmax_weights(logits, vocab, peak, scale, weights.data());
+  }
+  return weights.data();
+}
+
+// The largest logit; fails when there is none that is not NaN.
+float peak_logit(const float* logits, int64_t vocab) {
+  if (vocab <= 0) fail("sampling: there are no logits");
+  return logits[argmax(logits, vocab)];  // fails when every logit is NaN
+}
+
 }  // namespace
 
 TokenDistribution target_distribution(const SamplingParams& params, const float* logits,
                                       int64_t vocab) {
   check_sampling_params(params);
   if (params.greedy()) fail("target_distribution needs a temperature above 0");
-  if (vocab <= 0) fail("sampling: there are no logits");
-  const float peak = logits[argmax(logits, vocab)];  // fails when every logit is NaN
+  const float peak = peak_logit(logits, vocab);
   if (peak == -std::numeric_limits<float>::infinity()) {
     fail("sampling: no token has a finite logit");
   }
-  thread_local std::vector<float> weights;
-  weights.resize(vocab);
-  const float scale = 1.0f / params.temperature;
-  if (std::isinf(peak) || std::isinf(scale)) {
-    // With +infinity logits, or a temperature so small that its inverse overflows, the largest
-    // logits share the mass.
-    for (int64_t i = 0; i < vocab; ++i) weights[i] = logits[i] == peak ? 1.0f : 0.0f;
-  } else {
-    kernels::softmax_weights(logits, vocab, peak, scale, weights.data());
-  }
-  const float* w = weights.data();
+  const float* w = softmax_weights_of(logits, vocab, peak, 1.0f / params.temperature);
   const bool top_k = params.top_k > 0 && params.top_k < vocab;
   const bool top_p = params.top_p < 1.0f;
   const bool min_p = params.min_p > 0.0f;
@@ -321,28 +330,47 @@ TokenDistribution target_distribution(const SamplingParams& params, const float*
   return distribution;
 }
 
+namespace {
+
+// log Σ exp(logits - peak) over the vocabulary: the log-softmax's normaliser, from the sampling
+// weights summed in double. 0 when no logit is finite.
+float log_normaliser(const float* logits, int64_t vocab, float peak) {
+  if (peak == -std::numeric_limits<float>::infinity()) return 0.0f;
+  const float* weights = softmax_weights_of(logits, vocab, peak, 1.0f);
+  return static_cast<float>(std::log(sum_of_weights(weights, vocab)));
+}
+
+}  // namespace
+
 float logprob_of(const float* logits, int64_t vocab, int32_t id) {
-  const float max_logit = *std::max_element(logits, logits + vocab);
-  double total = 0.0;
-  for (int64_t i = 0; i < vocab; ++i) total += std::exp(static_cast<double>(logits[i] - max_logit));
-  return static_cast<float>(logits[id] - max_logit - std::log(total));
+  const float peak = peak_logit(logits, vocab);
+  return logits[id] - peak - log_normaliser(logits, vocab, peak);
 }
 
 std::vector<TokenLogprob> top_logprobs(const float* logits, int64_t vocab, int count) {
   count = static_cast<int>(std::min<int64_t>(count, vocab));
   if (count <= 0) return {};
-  const float max_logit = *std::max_element(logits, logits + vocab);
-  double total = 0.0;
-  for (int64_t i = 0; i < vocab; ++i) total += std::exp(static_cast<double>(logits[i] - max_logit));
-  const float log_total = static_cast<float>(std::log(total));
-  std::vector<int32_t> order(vocab);
-  std::iota(order.begin(), order.end(), 0);
-  std::partial_sort(order.begin(), order.begin() + count, order.end(), [&](int32_t a, int32_t b) {
+  const float peak = peak_logit(logits, vocab);
+  const float log_total = log_normaliser(logits, vocab, peak);
+  // The candidates: logits within 1, 2, 4, ... of the peak, until there are `count` of them (NaN
+  // is never one), then every logit that is not NaN.
+  float floor = -std::numeric_limits<float>::infinity();
+  for (float below = 1.0f; below < 1e30f; below *= 2.0f) {
+    if (count_at_least(logits, vocab, peak - below) >= count) {
+      floor = peak - below;
+      break;
+    }
+  }
+  std::vector<int32_t> order;
+  ids_at_least(logits, vocab, floor, order);
+  const auto higher = [&](int32_t a, int32_t b) {
     return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  });
-  std::vector<TokenLogprob> result(count);
-  for (int i = 0; i < count; ++i) {
-    result[i] = {order[i], logits[order[i]] - max_logit - log_total};
+  };
+  const int kept = static_cast<int>(std::min<size_t>(count, order.size()));
+  std::partial_sort(order.begin(), order.begin() + kept, order.end(), higher);
+  std::vector<TokenLogprob> result(kept);
+  for (int i = 0; i < kept; ++i) {
+    result[i] = {order[i], logits[order[i]] - peak - log_total};
   }
   return result;
 }

@@ -315,5 +315,38 @@ TEST(Sampler, Logprobs) {
   EXPECT_NEAR(top[1].logprob, std::log(0.25), 1e-6);
 }
 
+// On a vocabulary-sized row with ties and NaNs: the most likely tokens in order (ties to the lower
+// id, NaN never), with log-probabilities within float rounding of a double log-softmax.
+TEST(Sampler, TopLogprobsOfALargeVocabularyAreTheLargestLogits) {
+  const int64_t vocab = 49152;
+  std::mt19937 rng(9);
+  for (float spread : {0.5f, 4.0f, 40.0f}) {
+    std::vector<float> logits(vocab);
+    std::normal_distribution<float> normal(0.0f, spread);
+    for (float& v : logits) v = std::round(normal(rng) * 8.0f) / 8.0f;  // many ties
+    for (int k = 0; k < 50; ++k) logits[rng() % vocab] = std::numeric_limits<float>::quiet_NaN();
+    double total = 0.0;
+    const float peak = logits[argmax(logits.data(), vocab)];
+    for (float v : logits) total += std::isnan(v) ? 0.0 : std::exp(static_cast<double>(v - peak));
+    std::vector<int32_t> order;
+    for (int32_t id = 0; id < vocab; ++id) {
+      if (!std::isnan(logits[id])) order.push_back(id);
+    }
+    std::sort(order.begin(), order.end(), heavier_first(logits));
+    for (int count : {1, 5, 20}) {
+      const std::vector<TokenLogprob> top = top_logprobs(logits.data(), vocab, count);
+      ASSERT_EQ(top.size(), static_cast<size_t>(count));
+      for (int i = 0; i < count; ++i) {
+        EXPECT_EQ(top[i].id, order[i]) << "spread " << spread << " rank " << i;
+        const double want = logits[order[i]] - peak - std::log(total);
+        EXPECT_NEAR(top[i].logprob, want, 1e-5 * std::max(1.0, std::fabs(want)));
+      }
+    }
+    const int32_t last = order.back();
+    EXPECT_NEAR(logprob_of(logits.data(), vocab, last), logits[last] - peak - std::log(total),
+                1e-4 * (peak - logits[last] + 1.0));
+  }
+}
+
 }  // namespace
 }  // namespace dspark
