@@ -122,6 +122,11 @@ std::vector<double> ArmResult::slot_acceptance() const {
   return dspark::slot_acceptance(totals);
 }
 
+std::string BenchmarkReport::decoding() const {
+  if (temperature <= 0.0f) return "greedy";
+  return fmt::format("temperature {}, seed {}", temperature, seed);
+}
+
 const Calibration& BenchmarkReport::calibration_for(DecodeMode mode) const {
   for (const DrafterCalibration& entry : drafter_calibrations) {
     if (parse_decode_mode(entry.mode) == mode) return entry.calibration;
@@ -156,6 +161,8 @@ nlohmann::json report_json(const BenchmarkReport& report) {
   out["drafter"] = report.drafter;
   out["trials"] = report.trials;
   out["max_new_tokens"] = report.max_new_tokens;
+  out["temperature"] = report.temperature;
+  out["seed"] = report.seed;
   out["suites"] = report.suites;
   const double ceiling = report.roofline.ceiling_tok_s();
   out["roofline"] = {{"bytes_per_token", report.roofline.bytes_per_token},
@@ -230,7 +237,11 @@ nlohmann::json report_json(const BenchmarkReport& report) {
                          {"matches_plain", prompt.matches_plain()},
                          {"trials", trials}});
     }
-    run["matches_plain"] = all_match;
+    const bool compared = report.compares_tokens(&arm == &report.arms.front());
+    if (!compared) {
+      for (nlohmann::json& prompt : prompts) prompt["matches_plain"] = nullptr;
+    }
+    run["matches_plain"] = compared ? nlohmann::json(all_match) : nlohmann::json(nullptr);
     run["prompts"] = prompts;
     out["runs"].push_back(run);
   }
@@ -249,7 +260,10 @@ nlohmann::json report_json(const BenchmarkReport& report) {
                               {"sequences_per_step", load.sequences_per_step},
                               {"rows_per_step", load.rows_per_step},
                               {"drafts_per_round", load.drafts_per_round},
-                              {"matches_plain", load.matches_plain}};
+                              {"matches_plain", nullptr}};
+      if (report.compares_tokens(load.arm == report.arms.front().label)) {
+        entry["matches_plain"] = load.matches_plain;
+      }
       if (load.derived_cap >= 0) entry["derived_cap"] = load.derived_cap;
       out["concurrency"].push_back(entry);
     }
@@ -440,11 +454,11 @@ std::string concurrency_svg(const BenchmarkReport& report) {
   svg += fmt::format(
       "<text x=\"{}\" y=\"{:.1f}\" font-size=\"11\" fill=\"#333333\">{}</text>\n", kLeft,
       kTop + kPanelHeight + 58,
-      jinja::html_escape(fmt::format("{} · {} threads · {} new tokens per generation · medians of "
-                                     "{} trials · step figures are means over each arm's steps · "
-                                     "dspark {}",
+      jinja::html_escape(fmt::format("{} · {} threads · {} new tokens per generation, {} · medians "
+                                     "of {} trials · step figures are means over each arm's steps "
+                                     "· dspark {}",
                                      report.device, report.threads, report.max_new_tokens,
-                                     report.trials, report.version)));
+                                     report.decoding(), report.trials, report.version)));
   svg += "</svg>\n";
   return svg;
 }
@@ -553,8 +567,9 @@ std::string report_svg(const BenchmarkReport& report) {
   }
   const Roofline& roofline = report.roofline;
   const std::vector<std::string> caption = {
-      fmt::format("{} · {} threads · {} · {} new tokens · dspark {}", report.device, report.threads,
-                  report.os, report.max_new_tokens, report.version),
+      fmt::format("{} · {} threads · {} · {} new tokens, {} · dspark {}", report.device,
+                  report.threads, report.os, report.max_new_tokens, report.decoding(),
+                  report.version),
       fmt::format("roofline: {:.1f} MB read per token / {:.1f} GB/s measured read bandwidth ({} "
                   "threads; {:.1f} "
                   "GB/s one thread) = {:.0f} tok/s ceiling; plain decode reaches {:.0f}%",

@@ -19,8 +19,10 @@ struct TrialRun {
   double accept = 0.0;        // committed tokens per target forward after prefill
   int64_t generated = 0;
   int64_t peak_rss_bytes = 0;  // peak RSS during this generation alone
-  bool matches_plain = true;   // same tokens as plain decoding of the same prompt (greedy)
-  double speedup = 1.0;        // tok_s over plain decoding's tok_s in the same trial
+  // Same tokens as plain decoding of the same prompt; sampled speculative arms are not compared
+  // (they keep the distribution, not the tokens: BenchmarkReport::compares_tokens).
+  bool matches_plain = true;
+  double speedup = 1.0;  // tok_s over plain decoding's tok_s in the same trial
 };
 
 struct PromptResult {
@@ -94,6 +96,8 @@ struct BenchmarkReport {
   int threads = 0;
   int trials = 0;
   int64_t max_new_tokens = 0;
+  float temperature = 0.0f;  // 0 = greedy
+  uint64_t seed = 0;
   std::vector<std::string> suites;
   Roofline roofline;
   Calibration calibration;  // the target alone (no drafter costs)
@@ -109,6 +113,11 @@ struct BenchmarkReport {
   std::vector<ArmResult> arms;                               // arms[0] is plain decoding
   std::vector<LoadRun> loads;  // --concurrency, level by level, arms in order
 
+  // "greedy", or "temperature 0.7, seed 3".
+  std::string decoding() const;
+  // Whether an arm's tokens must equal plain decoding's: greedy ones, and plain decoding's own
+  // (seeded) under load.
+  bool compares_tokens(bool plain_arm) const { return temperature <= 0.0f || plain_arm; }
   // The costs that price `mode`'s rounds: its drafter's calibration, else the target's.
   const Calibration& calibration_for(DecodeMode mode) const;
 };

@@ -210,9 +210,9 @@ void ids_at_least(const float* weights, int64_t n, float floor, std::vector<int3
 }
 
 // ids[i] = the i-th token of positive weight and probs[i] its weight over `total`, in id order.
-TokenDistribution whole_distribution(const float* weights, int64_t vocab, double total) {
+void whole_distribution(const float* weights, int64_t vocab, double total,
+                        TokenDistribution& distribution) {
   const double inverse_total = 1.0 / total;
-  TokenDistribution distribution;
   if (count_at_least(weights, vocab, std::numeric_limits<float>::denorm_min()) == vocab) {
     // Every weight positive, the usual case: loops the compiler vectorises.
     distribution.ids.resize(vocab);
@@ -221,14 +221,13 @@ TokenDistribution whole_distribution(const float* weights, int64_t vocab, double
     for (int64_t i = 0; i < vocab; ++i) {
       distribution.probs[i] = static_cast<float>(weights[i] * inverse_total);
     }
-    return distribution;
+    return;
   }
   ids_at_least(weights, vocab, std::numeric_limits<float>::denorm_min(), distribution.ids);
   distribution.probs.resize(distribution.ids.size());
   for (size_t i = 0; i < distribution.ids.size(); ++i) {
     distribution.probs[i] = static_cast<float>(weights[distribution.ids[i]] * inverse_total);
   }
-  return distribution;
 }
 
 // weights[i] = exp((logits[i] - peak) · scale) (0 for NaN) from kernels::softmax_weights; with
@@ -255,6 +254,13 @@ float peak_logit(const float* logits, int64_t vocab) {
 
 TokenDistribution target_distribution(const SamplingParams& params, const float* logits,
                                       int64_t vocab) {
+  TokenDistribution distribution;
+  target_distribution(params, logits, vocab, distribution);
+  return distribution;
+}
+
+void target_distribution(const SamplingParams& params, const float* logits, int64_t vocab,
+                         TokenDistribution& distribution) {
   check_sampling_params(params);
   if (params.greedy()) fail("target_distribution needs a temperature above 0");
   const float peak = peak_logit(logits, vocab);
@@ -267,7 +273,7 @@ TokenDistribution target_distribution(const SamplingParams& params, const float*
   const bool min_p = params.min_p > 0.0f;
   // Without truncation nothing needs an order: sample_from walks the tokens by id.
   double total = top_k ? 0.0 : sum_of_weights(w, vocab);
-  if (!top_k && !top_p && !min_p) return whole_distribution(w, vocab, total);
+  if (!top_k && !top_p && !min_p) return whole_distribution(w, vocab, total, distribution);
   // Truncation keeps a prefix of the tokens by descending weight, ties by id. Only the tokens of
   // weight at least a floor are sorted, the highest floor of 1, 2^-4, 2^-8, ... that holds the
   // prefix: the top k need k tokens; top-p needs its share of the mass, with a margin far above
@@ -321,13 +327,11 @@ TokenDistribution target_distribution(const SamplingParams& params, const float*
   double kept_total = 0.0;
   for (int64_t i = 0; i < keep; ++i) kept_total += w[order[i]];
   const double inverse_total = 1.0 / kept_total;
-  TokenDistribution distribution;
   distribution.ids.assign(order.begin(), order.begin() + keep);
   distribution.probs.resize(keep);
   for (int64_t i = 0; i < keep; ++i) {
     distribution.probs[i] = static_cast<float>(w[order[i]] * inverse_total);
   }
-  return distribution;
 }
 
 namespace {

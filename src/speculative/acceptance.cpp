@@ -64,8 +64,9 @@ RowsAccepted accept_one(const VerifyRows& rows) {
   if (row_constraint != nullptr && drafts > 0) {
     row_constraint = &draft_constraint.emplace(*rows.constraint);
   }
-  std::vector<float> adjusted;
-  TokenDistribution residual;
+  // Reused from row to row and call to call: fresh vocabulary-sized vectors cost page faults.
+  thread_local std::vector<float> adjusted;
+  thread_local TokenDistribution target, residual;
   RowsAccepted result;
   for (int64_t i = 0; i <= drafts; ++i) {
     if (row_constraint != nullptr && i > 0) {
@@ -95,7 +96,7 @@ RowsAccepted accept_one(const VerifyRows& rows) {
       result.next = choice;
       return result;
     }
-    const TokenDistribution target = target_distribution(sampling, row, vocab);
+    target_distribution(sampling, row, vocab, target);
     if (i == drafts) {
       result.next = sample_from(target, rows.rng->uniform());
       return result;

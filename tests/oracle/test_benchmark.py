@@ -239,6 +239,31 @@ def test_concurrency_sweep_batches_and_stays_lossless(tiny_nemotron, tmp_path):
     assert all(len(line.get("points").split()) == 3 for line in groups["drafts"])
 
 
+def test_sampled_arms_compare_plain_tokens_only_where_they_must_match(tiny_nemotron, tmp_path):
+    """--temp runs every arm sampled. Speculative arms keep plain decoding's distribution, not its
+    tokens, so their token comparison is null; plain decoding's seeded tokens still repeat across
+    trials and under load (each generation draws from its own generator)."""
+    result = run_benchmark(tiny_nemotron, tmp_path, tmp_path / "cache", [
+        "--temp", "0.8", "--seed", "5", "--concurrency", "1,2",
+        "--json", str(tmp_path / "sampled.json")], caps="2", trials=2)
+    assert "temperature 0.8, seed 5" in result.stderr
+    report = json.loads((tmp_path / "sampled.json").read_text())
+    assert report["temperature"] == pytest.approx(0.8) and report["seed"] == 5
+    runs = {run["run"]: run for run in report["runs"]}
+    assert runs["baseline"]["matches_plain"] is True
+    assert all(p["matches_plain"] is True for p in runs["baseline"]["prompts"])
+    for name in ("dspark cap=2", "lookup"):
+        assert runs[name]["matches_plain"] is None
+        assert all(p["matches_plain"] is None for p in runs[name]["prompts"])
+        assert runs[name]["tok_s"] > 0
+    for entry in report["concurrency"]:
+        if entry["run"] == "baseline":
+            assert entry["matches_plain"] is True, entry
+        else:
+            assert entry["matches_plain"] is None, entry
+    assert "OUTPUT DIFFERS" not in result.stderr + result.stdout
+
+
 def test_lookup_prestep_arm_on_the_default_model(tmp_path):
     """`--caps derived+lookup` runs the DSpark head with the --lookup-drafts pre-step: on an edit
     prompt (the answer copies the prompt's text) some rounds verify lookup drafts, which the JSON
