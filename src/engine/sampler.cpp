@@ -102,9 +102,9 @@ int32_t argmax(const float* logits, int64_t vocab) {
 }
 
 // A least-significant-digit radix sort (stable passes, the four 8-bit digits' counts taken in one
-// read): sampling orders up to every token of the
-// vocabulary, and std::sort with a comparison took 5-6 ms for the default model's 49,152, longer
-// than a forward. Weights are non-negative and not NaN, so their bits order as unsigned integers.
+// read): truncation may order up to the whole vocabulary, and std::sort with a comparison took
+// 5-6 ms for the default model's 49,152 tokens, longer than a forward. Weights are non-negative
+// and not NaN, so their bits order as unsigned integers.
 void order_by_weight(const float* weights, std::vector<int32_t>& ids) {
   const int64_t n = static_cast<int64_t>(ids.size());
   constexpr int64_t kComparisonSortUpTo = 1024;  // below this the passes' counts cost more
