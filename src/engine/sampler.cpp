@@ -15,6 +15,9 @@
 namespace dspark {
 
 float TokenDistribution::prob_of(int32_t id) const {
+  // A distribution listed by id without gaps up to `id` holds it at index id (ids are distinct);
+  // otherwise a scan.
+  if (id >= 0 && static_cast<size_t>(id) < ids.size() && ids[id] == id) return probs[id];
   for (size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] == id) return probs[i];
   }

@@ -276,6 +276,22 @@ TEST(Sampler, TruncationOfALargeVocabularyKeepsTheDefinedPrefix) {
   }
 }
 
+// prob_of finds an id wherever the list holds it: listed by id (its index when no id below it is
+// missing), after a gap, in probability order, or absent (0).
+TEST(Sampler, ProbOfFindsEveryListedId) {
+  TokenDistribution by_id{{0, 1, 2, 4, 5}, {0.1f, 0.2f, 0.3f, 0.25f, 0.15f}};
+  EXPECT_EQ(by_id.prob_of(1), 0.2f);
+  EXPECT_EQ(by_id.prob_of(4), 0.25f);  // index 3: ids[4] is 5
+  EXPECT_EQ(by_id.prob_of(5), 0.15f);
+  EXPECT_EQ(by_id.prob_of(3), 0.0f);
+  EXPECT_EQ(by_id.prob_of(9), 0.0f);
+  EXPECT_EQ(by_id.prob_of(-1), 0.0f);
+  TokenDistribution by_probability{{2, 0, 1}, {0.5f, 0.3f, 0.2f}};
+  EXPECT_EQ(by_probability.prob_of(1), 0.2f);  // index 1 holds id 0
+  EXPECT_EQ(by_probability.prob_of(2), 0.5f);
+  EXPECT_EQ(by_probability.prob_of(0), 0.3f);
+}
+
 TEST(Sampler, Penalties) {
   SamplingParams params;
   params.repetition_penalty = 2.0f;
