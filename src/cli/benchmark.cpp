@@ -395,7 +395,7 @@ void run_benchmark(const BenchmarkOptions& options) {
   calibration.mode = "lookup";
   calibration.target_name = bundle->name;
   calibration.use_cache = !options.recalibrate;
-  calibration.max_width = kMaxCap + 1;
+  calibration.max_width = kLookupCalibrationWidth;
   report.calibration = calibrate(model, DrafterFactory{}, calibration);
   report.calibration_max_cap = kMaxCap;
   report.derived_cap = derive_cap(report.calibration.curves, kMaxCap);
@@ -423,6 +423,7 @@ void run_benchmark(const BenchmarkOptions& options) {
       continue;
     }
     CalibrationOptions with_drafter = calibration;
+    with_drafter.max_width = kMaxCap + 1;
     with_drafter.mode = name;
     with_drafter.drafter_name = std::filesystem::path(drafter.directory).filename().string();
     if (report.drafter.empty()) report.drafter = drafter.directory;

@@ -24,7 +24,6 @@
 #include "hub/resolve.h"
 #include "model/memory_fit.h"
 #include "server/server.h"
-#include "speculative/calibration.h"
 
 namespace dspark::cli {
 namespace {
@@ -172,20 +171,6 @@ void run_serve(const ServeOptions& options) {
       loaded.decode = resolve_decode_flags(options.decode, options.model, options.models_dir,
                                            *bundle, explanation);
       loaded.parallel = serve_slots(options.parallel, *bundle->model, context);
-      if (loaded.parallel > 1 && loaded.decode.options.mode == DecodeMode::lookup &&
-          !loaded.decode.options.max_draft) {
-        // Lookup drafts under load are priced by this machine's measured verify costs
-        // (docs/speculative.md §16.5); cached per model and kernels.
-        CalibrationOptions calibration;
-        calibration.mode = "lookup";
-        calibration.target_name = bundle->name;
-        const CalibratedCaps caps = calibrated_lookup_cap_policy(*bundle->model, calibration);
-        loaded.decode.cap_policy = caps.policy;
-        explanation +=
-            caps.error.empty()
-                ? "; lookup drafts capped under load by the measured verify costs"
-                : fmt::format("; calibration failed ({}), lookup drafts uncapped", caps.error);
-      }
       fmt::print(stderr, "dspark serve: model {} ({}) ready, {} slot{}, {}\n", bundle->name,
                  bundle->model->architecture(), loaded.parallel, loaded.parallel == 1 ? "" : "s",
                  explanation);

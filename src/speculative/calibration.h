@@ -65,6 +65,11 @@ std::string calibration_key(const Model& target, const CalibrationOptions& optio
 Calibration calibrate(const Model& target, const DrafterFactory& drafter,
                       const CalibrationOptions& options);
 
+// The verify widths a lookup calibration measures: lookup drafts are free to make, so a shared
+// step may verify many rows, and measured widths price them better than the curve extended past
+// width 8 (which on the default model put width 16 at 13.2 ms where it takes 15.1).
+constexpr int kLookupCalibrationWidth = 16;
+
 // The cap policy of a dspark / dflash generation (DecodeSetup::cap_policy): calibrates with the
 // drafter (or reads the cache), then make_cap_policy_factory over the measured curves.
 struct CalibratedCaps {

@@ -82,7 +82,7 @@ double CostCurves::drafter(int cap) const {
 }
 
 double CostCurves::depth(int width, int64_t context) const {
-  if (context <= reference_context || slope_widths.empty()) return 0.0;
+  if (slope_widths.empty()) return 0.0;
   // Slopes between the measured widths are interpolated; outside them the nearest one holds.
   double slope = slope_ms_per_token.front();
   if (width >= slope_widths.back()) {
@@ -98,7 +98,10 @@ double CostCurves::depth(int width, int64_t context) const {
       }
     }
   }
-  return std::max(0.0, slope) * static_cast<double>(context - reference_context);
+  // Shallower than the reference the term is negative: the rows attend over fewer keys. It takes
+  // off at most half of the measured verify, so that a noisy slope cannot price rows at nothing.
+  const double term = std::max(0.0, slope) * static_cast<double>(context - reference_context);
+  return std::max(term, -0.5 * verify(width));
 }
 
 double CostCurves::batch_round_ms(int cap, int64_t context, int sequences) const {
@@ -175,8 +178,8 @@ int derive_cap(const CostCurves& curves, int max_cap, double p, int64_t context,
 }
 
 int derive_cap(const CostCurves& curves, int max_cap, const std::vector<double>& survival,
-               int64_t context) {
-  return argmax_cap(curves, max_cap, context, 1, [&survival](int cap) {
+               int64_t context, int sequences) {
+  return argmax_cap(curves, max_cap, context, std::max(sequences, 1), [&survival](int cap) {
     return expected_committed(survival, kDerivedCapPrior, cap);
   });
 }
@@ -335,14 +338,13 @@ void AutoCapController::on_round(const RoundOutcome& round) {
 LookupLoadCap::LookupLoadCap(CostCurves curves, int ceiling)
     : curves_(std::move(curves)), ceiling_(ceiling) {}
 
-int LookupLoadCap::current_cap() const {
-  if (load_ <= 1 || curves_.empty()) return ceiling_;
-  return derive_cap(curves_, std::min<int>(ceiling_, kMaxDraftsPerRound), acceptance(), context_,
-                    load_);
-}
-
-void LookupLoadCap::on_verified(int drafted, int accepted) {
-  acceptance_.observe(drafted, accepted);
+int LookupLoadCap::drafts_to_verify(const std::vector<double>& survival, int offered) {
+  if (offered <= 0) return 0;
+  const int best = derive_cap(curves_, offered, survival, context_, load_);
+  const auto rate = [&](int cap) {
+    return expected_committed(survival, 0.0, cap) / curves_.batch_round_ms(cap, context_, load_);
+  };
+  return best > 0 && rate(best) >= kPlainMargin * rate(0) ? best : 0;
 }
 
 CapPolicyFactory make_lookup_cap_policy_factory(CostCurves curves) {
@@ -350,7 +352,10 @@ CapPolicyFactory make_lookup_cap_policy_factory(CostCurves curves) {
   curves.drafter_ms.clear();
   return [curves = std::move(curves)](const DecodeOptions& options) -> std::unique_ptr<CapPolicy> {
     const int ceiling = lookup_cap_ceiling(options);
-    if (curves.empty()) return std::make_unique<FixedCap>(ceiling);
+    const bool pinned = options.mode == DecodeMode::lookup && options.max_draft;
+    if (curves.empty() || pinned || !options.confidence_schedule) {
+      return std::make_unique<FixedCap>(ceiling);
+    }
     return std::make_unique<LookupLoadCap>(curves, ceiling);
   };
 }

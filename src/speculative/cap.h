@@ -19,7 +19,8 @@ struct CostCurves {
   std::vector<double> drafter_ms;   // [C - 1]: drafting C tokens; empty = free (lookup drafts)
   double overhead_ms = 0.0;         // per round, beyond drafting and verifying
   int64_t reference_context = 512;  // context depth the curves were measured at
-  // Extra verify milliseconds per context token beyond reference_context, at a few widths.
+  // Verify milliseconds per context token away from reference_context (fewer below it), at a few
+  // widths.
   std::vector<int> slope_widths;
   std::vector<double> slope_ms_per_token;
 
@@ -97,7 +98,7 @@ int derive_cap(const CostCurves& curves, int max_cap, double p = kDerivedCapPrio
                int64_t context = 512, int sequences = 1);
 // The same with measured per-slot survival, continued with the prior beyond it.
 int derive_cap(const CostCurves& curves, int max_cap, const std::vector<double>& survival,
-               int64_t context = 512);
+               int64_t context = 512, int sequences = 1);
 
 // The per-round controller (--max-draft auto, §16.4): a running-mean-then-EWMA estimate of the
 // per-slot acceptance p, per-cap timing, a re-pick every few rounds with hysteresis, and parking
@@ -189,29 +190,36 @@ class AutoCapController : public CapPolicy {
   std::vector<CapTiming> timing_;  // [cap], cap 1..max_cap
 };
 
-// Standalone lookup's cap: the lookup's own ceiling alone; under load (§16.5) no more than the
-// step-optimal cap at the acceptance its rounds have shown (the continuation probability p of a
-// geometric run: accepted drafts over accepted drafts plus rejections, from a prior of 0.5 worth
-// four rounds), so drafts that are cheap alone do not slow every sequence of a full step.
+// Standalone lookup's cap (§16.5): the lookup proposes up to its ceiling (drafting is free), and
+// of each proposal the drafts verified are the prefix that maximises expected committed tokens per
+// millisecond on the measured verify costs, at the drafter's survival estimates
+// (LookupDrafter: its proposals' outcomes) and the load: under load, as if every sequence sharing
+// the step offered as many. A proposal none of whose prefixes pays is not verified: the round is
+// a plain step.
 class LookupLoadCap : public CapPolicy {
  public:
   LookupLoadCap(CostCurves curves, int ceiling);
-  int cap_for_round() override { return current_cap(); }
-  int current_cap() const override;
+  int cap_for_round() override { return ceiling_; }
+  int current_cap() const override { return ceiling_; }
   void on_context(int64_t tokens) override { context_ = tokens; }
   void on_load(int sequences) override { load_ = std::max(sequences, 1); }
-  void on_verified(int drafted, int accepted) override;
-  double acceptance() const { return acceptance_.value(); }
+  int drafts_to_verify(const std::vector<double>& survival, int offered) override;
+
+  // Drafts are verified only where their expected rate beats a plain step's by this much. The
+  // curves price one sequence's rows: in a step of 8 single-row sequences on the default model a
+  // ninth row took 0.7 ms where they priced 0.5, so drafts the model put 5 % ahead broke even.
+  static constexpr double kPlainMargin = 1.1;
 
  private:
   CostCurves curves_;
   int ceiling_;
   int load_ = 1;
   int64_t context_ = 0;
-  ContinuationEstimate acceptance_{0.5};
 };
 // LookupLoadCap for lookup generations and the --lookup-drafts pre-step (drafting free: any
-// drafter costs in `curves` are dropped); a FixedCap of the lookup's ceiling without curves.
+// drafter costs in `curves` are dropped); a FixedCap of the lookup's ceiling, every proposed draft
+// verified, without curves, with --confidence-schedule off or, in lookup mode, a pinned
+// --max-draft.
 CapPolicyFactory make_lookup_cap_policy_factory(CostCurves curves);
 
 // The cap policy of dspark / dflash generations: --max-draft auto gets a fresh controller, a

@@ -325,6 +325,20 @@ DecodeSetup decode_setup_from_options(const Model& target, DecodeOptions decode,
           caps.derived_cap);
     }
   }
+  if (choice.mode == DecodeMode::lookup && !decode.max_draft && decode.confidence_schedule) {
+    // Lookup drafts are verified as far as their measured acceptance pays on this machine's verify
+    // costs (cached per model and kernels), alone and under load (docs/speculative.md §16.5).
+    CalibrationOptions calibration;
+    calibration.mode = "lookup";
+    calibration.target_name = std::filesystem::path(options.model_dir).filename().string();
+    calibration.max_width = kLookupCalibrationWidth;
+    CalibratedCaps caps = calibrated_lookup_cap_policy(target, calibration);
+    setup.cap_policy = std::move(caps.policy);
+    explanation +=
+        caps.error.empty()
+            ? "; lookup drafts verified as far as their acceptance pays on the measured costs"
+            : fmt::format("; calibration failed ({}), every lookup draft verified", caps.error);
+  }
   return setup;
 }
 

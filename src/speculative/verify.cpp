@@ -134,14 +134,17 @@ void SequenceDecoder::take_draft(Draft draft) {
   if (phase_ != Phase::drafting) fail("take_draft: no drafter call is pending");
   feed_->clear();  // the call's unfed rows went to the drafter with it
   draft_ = std::move(draft);
-  if (!draft_.survival.empty()) {
-    const int offered = static_cast<int>(draft_.tokens.size());
-    const int keep = std::clamp(caps_.drafts_to_verify(draft_.survival, offered), 0, offered);
-    stats_.unverified += offered - keep;
-    draft_.keep_first(keep);
-    cap_used_ = keep;
-  }
+  if (!draft_.survival.empty()) cap_used_ = keep_drafts_worth_verifying(caps_);
   plan_verify();
+}
+
+int SequenceDecoder::keep_drafts_worth_verifying(CapPolicy& caps) {
+  const int offered = static_cast<int>(draft_.tokens.size());
+  if (draft_.survival.empty()) return offered;
+  const int keep = std::clamp(caps.drafts_to_verify(draft_.survival, offered), 0, offered);
+  stats_.unverified += offered - keep;
+  draft_.keep_first(keep);
+  return keep;
 }
 
 void SequenceDecoder::finish_run() {
@@ -280,6 +283,7 @@ void SequenceDecoder::plan_round() {
     source_ = options_.lookup;
     DraftRequest request{committed_, static_cast<int>(lookup_cap), sampling, rng_};
     draft_ = options_.lookup->propose(request);
+    if (options_.lookup_caps != nullptr) keep_drafts_worth_verifying(*options_.lookup_caps);
   }
   cap_planned_ = cap_used_ = 0;
   if (budget > 0 && draft_.tokens.empty()) {

@@ -164,6 +164,9 @@ class SequenceDecoder {
   void plan_forced();
   int64_t round_budget() const;
   void plan_round();
+  // Keeps the drafts `caps` finds worth their verify rows by the drafter's survival estimates
+  // (all of them without estimates); returns how many.
+  int keep_drafts_worth_verifying(CapPolicy& caps);
   void plan_verify();
   void plan_until_forward();
   void finish_prefill();

@@ -48,15 +48,21 @@ TEST(CostCurves, FitMakesTheSeriesNonDecreasingByLeastSquares) {
   EXPECT_DOUBLE_EQ(curves.drafter_ms[1], 0.79);
 }
 
-TEST(CostCurves, DepthSlopeOnlyBeyondTheReferenceContext) {
+// Deeper than the reference context rows cost more, shallower less, by the slope interpolated at
+// their width; never less than half of the measured verify.
+TEST(CostCurves, DepthSlopeAroundTheReferenceContext) {
   CostCurves curves = curves_of({10, 10, 10, 10, 10});
   curves.slope_widths = {1, 3, 5};
   curves.slope_ms_per_token = {0.001, 0.002, 0.004};
-  EXPECT_DOUBLE_EQ(curves.depth(1, 400), 0.0);
+  EXPECT_DOUBLE_EQ(curves.depth(1, 512), 0.0);
+  EXPECT_DOUBLE_EQ(curves.depth(1, 412), -0.1);
+  EXPECT_DOUBLE_EQ(curves.depth(3, 12), -1.0);
   EXPECT_DOUBLE_EQ(curves.depth(1, 1512), 1.0);
   EXPECT_DOUBLE_EQ(curves.depth(2, 1512), 1.5);
   EXPECT_DOUBLE_EQ(curves.depth(4, 1512), 3.0);
   EXPECT_DOUBLE_EQ(curves.depth(9, 1512), 4.0);
+  curves.slope_ms_per_token = {0.1, 0.1, 0.1};
+  EXPECT_DOUBLE_EQ(curves.depth(1, 0), -5.0);
 }
 
 TEST(ExpectedCommitted, GeometricAndFromSurvival) {
@@ -154,34 +160,49 @@ TEST(AutoCapController, LoadCeilsTheCap) {
   EXPECT_EQ(loaded.cap_for_round(), ceiling);
 }
 
-// Standalone lookup keeps its own ceiling alone; under load it offers no more than the step's
-// derived cap at the acceptance its rounds showed, which falls as its drafts get rejected.
-TEST(LookupLoadCap, CeilingAloneDerivedCapUnderLoad) {
+// Standalone lookup proposes up to its ceiling and verifies the prefix of each proposal that
+// pays on the verify costs at its survival estimates: all of a likely run, none of an unlikely
+// one, fewer under load.
+TEST(LookupLoadCap, VerifiesThePrefixTheSurvivalPaysFor) {
   std::vector<double> verify;
-  for (int w = 1; w <= 32; ++w) verify.push_back(10.0 + 1.0 * std::max(0, w - 2));
+  for (int w = 1; w <= 32; ++w) verify.push_back(10.0 + 1.0 * (w - 1));
   const CostCurves curves = curves_of(verify);
   LookupLoadCap policy(curves, 32);
   EXPECT_EQ(policy.cap_for_round(), 32);
-  EXPECT_DOUBLE_EQ(policy.acceptance(), 0.5);
-  policy.on_load(4);
-  EXPECT_EQ(policy.cap_for_round(), derive_cap(curves, 31, 0.5, 0, 4));
-  for (int round = 0; round < 20; ++round) policy.on_verified(6, 6);  // every draft accepted
-  EXPECT_GT(policy.acceptance(), 0.9);
-  const int trusted = policy.cap_for_round();
-  EXPECT_EQ(trusted, derive_cap(curves, 31, policy.acceptance(), 0, 4));
-  for (int round = 0; round < 200; ++round) policy.on_verified(4, 0);  // every draft rejected
-  EXPECT_LT(policy.cap_for_round(), trusted);
-  LookupLoadCap never_right(curves, 32);
-  never_right.on_load(4);
-  for (int round = 0; round < 50; ++round) never_right.on_verified(4, 0);
-  EXPECT_EQ(never_right.cap_for_round(), 0);
-  policy.on_load(1);
-  EXPECT_EQ(policy.cap_for_round(), 32);
-  // Without measured costs the factory gives the plain ceiling.
+  const std::vector<double> likely = {0.9, 0.85, 0.8, 0.75, 0.7, 0.65};
+  EXPECT_EQ(policy.drafts_to_verify(likely, 6), 6);
+  // A first draft accepted 5 % of the time does not pay for its row (10 % more than a plain step).
+  EXPECT_EQ(policy.drafts_to_verify({0.05, 0.045, 0.04, 0.036, 0.032, 0.029}, 6), 0);
+  // A run that fades: the rate peaks where one more row costs more than its survival brings.
+  const std::vector<double> fading = {0.8, 0.5, 0.2, 0.05, 0.01, 0.001};
+  int best = 0;
+  double best_rate = 0;
+  for (int cap = 0; cap <= 6; ++cap) {
+    const double rate = expected_committed(fading, 0.0, cap) / curves.round_ms(cap, 0);
+    if (rate > best_rate) best_rate = rate, best = cap;
+  }
+  EXPECT_EQ(policy.drafts_to_verify(fading, 6), best);
+  EXPECT_GT(best, 0);
+  EXPECT_LT(best, 6);
+  EXPECT_EQ(policy.drafts_to_verify(likely, 0), 0);
+  // Under load the step's rows cost more than they commit sooner.
+  policy.on_load(8);
+  EXPECT_EQ(policy.drafts_to_verify(likely, 6), derive_cap(curves, 6, likely, 0, 8));
+  EXPECT_LT(policy.drafts_to_verify(likely, 6), 6);
+  // Without measured costs, with a pinned --max-draft in lookup mode or with the schedule off,
+  // every proposed draft is verified.
   DecodeOptions options;
   options.mode = DecodeMode::lookup;
   EXPECT_EQ(make_lookup_cap_policy_factory(CostCurves{})(options)->current_cap(),
             lookup_cap_ceiling(options));
+  EXPECT_NE(dynamic_cast<LookupLoadCap*>(make_lookup_cap_policy_factory(curves)(options).get()),
+            nullptr);
+  DecodeOptions pinned = options;
+  pinned.max_draft = 4;
+  EXPECT_EQ(make_lookup_cap_policy_factory(curves)(pinned)->drafts_to_verify({0.01}, 1), 1);
+  DecodeOptions unscheduled = options;
+  unscheduled.confidence_schedule = false;
+  EXPECT_EQ(make_lookup_cap_policy_factory(curves)(unscheduled)->drafts_to_verify({0.01}, 1), 1);
 }
 
 TEST(DeriveCap, DepthShrinksTheCap) {

@@ -414,6 +414,41 @@ TEST(ConfidenceSchedule, VerifiesOnlyWhatSurvivalPaysForAndStaysLossless) {
   std::filesystem::remove_all(dir);
 }
 
+// Standalone lookup with its survival-priced cap (LookupLoadCap) on the default model: on curves
+// where a row costs a fifth of a step, some proposals are verified in part and some not at all,
+// and every answer and every state still equal plain decoding's.
+TEST(LookupSurvivalCapDefaultModel, VerifiesPartOfItsProposalsAndEqualsPlain) {
+  auto model = testing::load_default_model();
+  const CostCurves curves = testing::curves_of({10, 12, 14, 16, 18, 20, 22, 24});
+  // A chat-formatted question, and a phrase the model goes on repeating.
+  const std::vector<std::vector<int32_t>> prompts = {
+      {1, 4093, 198, 1780, 314, 260, 3575, 282, 4649, 47, 2, 198, 1, 520, 9531, 198},
+      {504, 2365, 314, 260, 2365, 314, 260, 2365, 314, 260, 2365}};
+  int64_t unverified = 0, accepted = 0;
+  for (const auto& prompt : prompts) {
+    const PlainRun plain = plain_run(*model, prompt, 32);
+    LookupDrafter drafter(LookupParams{3, 4, 6, 6});
+    LookupLoadCap policy(curves, 6);
+    SpeculativeOptions options;
+    options.after_round = [&](const ModelState& state) {
+      auto expected = plain.states.find(state.length());
+      ASSERT_NE(expected, plain.states.end());
+      EXPECT_TRUE(same_state(state.contents(), expected->second));
+    };
+    SpeculativeGenerator generator(*model, drafter, policy, options);
+    LoneSequence state(*model);
+    GenerationConfig config;
+    config.max_tokens = 32;
+    const auto result = generator.generate(prompt, state.pool, state.id, config,
+                                           [](const CommittedToken&) { return true; });
+    EXPECT_EQ(result.tokens, plain.tokens);
+    unverified += generator.stats().unverified;
+    accepted += generator.stats().accepted;
+  }
+  EXPECT_GT(unverified, 0);
+  EXPECT_GT(accepted, 0);
+}
+
 TEST(LosslessGreedyDefaultModel, SmolLM2EqualsPlain) {
   auto model = testing::load_default_model();
   Counts counts;
@@ -433,13 +468,15 @@ TEST(LookupIndex, IncrementalEqualsBulkAndFindsLatestLongest) {
   bulk.extend(tokens.data(), tokens.size());
   NGramIndex incremental(LookupParams{2, 3, 4, 0});
   for (int32_t id : tokens) incremental.extend(&id, 1);
-  EXPECT_EQ(bulk.propose(false), incremental.propose(false));
-  // Suffix "1 2 3" last occurred ending at index 8 (tokens 5..7): copy from there.
-  EXPECT_EQ(bulk.propose(false), (std::vector<int32_t>{5, 7, 2, 3}));
+  EXPECT_EQ(bulk.propose(false).tokens, incremental.propose(false).tokens);
+  // Suffix "1 2 3" last occurred ending at index 8 (tokens 5..7): copy from there. The match runs
+  // back 3 tokens (9 before the one, nothing before the other).
+  EXPECT_EQ(bulk.propose(false).tokens, (std::vector<int32_t>{5, 7, 2, 3}));
+  EXPECT_EQ(bulk.propose(false).match, 3);
   NGramIndex none(LookupParams{2, 3, 4, 0});
   const std::vector<int32_t> unique = {1, 2, 3, 4};
   none.extend(unique.data(), unique.size());
-  EXPECT_TRUE(none.propose(false).empty());
+  EXPECT_TRUE(none.propose(false).tokens.empty());
 }
 
 TEST(LookupIndex, LongDraftsScaleWithTheMatch) {
@@ -449,9 +486,69 @@ TEST(LookupIndex, LongDraftsScaleWithTheMatch) {
   for (int i = 0; i < 12; ++i) tokens.push_back(100 + i);  // re-emits a 12-token run
   NGramIndex index(LookupParams{3, 4, 6, 32});
   index.extend(tokens.data(), tokens.size());
-  EXPECT_EQ(index.propose(false).size(), 6u);
+  EXPECT_EQ(index.propose(false).tokens.size(), 6u);
+  EXPECT_EQ(index.propose(false).match, 12);
   // The match extends back 12 tokens: up to 2 x 12 = 24, limited by what follows (8 + 1 + 12).
-  EXPECT_EQ(index.propose(true).size(), 21u);
+  EXPECT_EQ(index.propose(true).tokens.size(), 21u);
+}
+
+TEST(SlotSurvival, CountsReachedAndMatchedSlotsFromPriorsAndForgets) {
+  SlotSurvival slots(0.5, 0.8);
+  EXPECT_EQ(slots.survival(3), (std::vector<double>{0.5, 0.5 * 0.8, 0.5 * 0.8 * 0.8}));
+  // Slot 0 matched, slot 1 reached and missed, slot 2 never reached.
+  slots.start();
+  slots.observe(0, true);
+  slots.observe(1, false);
+  const std::vector<double> once = slots.survival(3);
+  EXPECT_DOUBLE_EQ(once[0], 2.0 / 3.0);
+  // The later slots' pooled rate: (0 + 2 * 0.8) / (1 + 2); slot 1 shrinks toward it.
+  const double continuation = 1.6 / 3.0;
+  EXPECT_DOUBLE_EQ(once[1], once[0] * (2 * continuation) / 3.0);
+  EXPECT_DOUBLE_EQ(once[2], once[1] * continuation);
+  slots.start();  // the earlier evidence now weighs 0.95
+  slots.observe(0, false);
+  EXPECT_DOUBLE_EQ(slots.survival(1)[0], (0.95 + 1.0) / (1.95 + 2.0));
+  // Runs that continue teach every later slot at once through the pooled rate.
+  for (int i = 0; i < 100; ++i) {
+    slots.start();
+    for (int slot = 0; slot < 4; ++slot) slots.observe(slot, true);
+  }
+  EXPECT_GT(slots.survival(12)[11], 0.5);
+  for (int i = 0; i < 200; ++i) {
+    slots.start();
+    slots.observe(0, false);
+  }
+  EXPECT_LT(slots.survival(1)[0], 0.1);
+}
+
+// A lookup proposal's outcome is read off the tokens committed after it, verified or not, and
+// feeds the survival estimates of later proposals whose match is of the same length class.
+TEST(LookupDrafter, SurvivalFollowsWhatWasCommittedAfterEachProposal) {
+  LookupDrafter drafter(LookupParams{2, 2, 3, 0});
+  SamplingParams greedy;
+  Rng rng(1);
+  std::vector<int32_t> committed = {7, 1, 2, 3, 4, 5, 9, 1, 2};
+  const Draft first = drafter.propose(DraftRequest{committed, 3, greedy, rng});
+  EXPECT_EQ(first.tokens, (std::vector<int32_t>{3, 4, 5}));
+  const std::vector<double> prior = drafter.survival(2, 3);
+  EXPECT_EQ(first.survival, prior);
+  // Its first token committed (verified or not): its first slot counts at once.
+  committed.push_back(3);
+  const Draft second = drafter.propose(DraftRequest{committed, 3, greedy, rng});
+  EXPECT_GT(second.survival.front(), prior[0]);
+  // The other two committed: both proposals match on.
+  committed.insert(committed.end(), {4, 5});
+  drafter.propose(DraftRequest{committed, 3, greedy, rng});
+  const std::vector<double> after_hit = drafter.survival(2, 3);
+  EXPECT_GT(after_hit[2], second.survival[2]);
+  // Only this class moved: a 12-token match has its own evidence, and a likelier prior.
+  const std::vector<double> long_match = drafter.survival(12, 3);
+  EXPECT_EQ(long_match, SlotSurvival(0.95, 0.95).survival(3));
+  EXPECT_GT(long_match[0], prior[0]);
+  // That call proposed "9 1 2" (after "4 5"); "1 2" comes instead: a miss at the first slot.
+  committed.insert(committed.end(), {1, 2});
+  drafter.propose(DraftRequest{committed, 3, greedy, rng});
+  EXPECT_LT(drafter.survival(2, 3)[0], after_hit[0]);
 }
 
 // A drafter that samples from a fixed, deliberately wrong distribution (favouring the tokens the
@@ -540,6 +637,55 @@ std::map<std::pair<int32_t, int32_t>, double> first_two_tokens(const Model& mode
     }
   }
   return expected;
+}
+
+// The exact joint distribution of the first three tokens after `prompt` under plain sampling.
+std::map<std::vector<int32_t>, double> first_three_tokens(const Model& model,
+                                                          const SamplingParams& sampling,
+                                                          const std::vector<int32_t>& prompt) {
+  const int64_t vocab = model.vocab_size();
+  std::map<std::vector<int32_t>, double> expected;
+  ModelState state = model.new_state();
+  ForwardOutput out;
+  model.forward(prompt.data(), prompt.size(), state, {static_cast<int64_t>(prompt.size()) - 1}, {},
+                out);
+  const TokenDistribution first = target_distribution(sampling, out.logits.data(), vocab);
+  const StateSnapshot after_prompt = state.snapshot();
+  for (size_t a = 0; a < first.ids.size(); ++a) {
+    state.restore(after_prompt);
+    model.forward(&first.ids[a], 1, state, {0}, {}, out);
+    const TokenDistribution second = target_distribution(sampling, out.logits.data(), vocab);
+    const StateSnapshot after_first = state.snapshot();
+    for (size_t b = 0; b < second.ids.size(); ++b) {
+      state.restore(after_first);
+      model.forward(&second.ids[b], 1, state, {0}, {}, out);
+      const TokenDistribution third = target_distribution(sampling, out.logits.data(), vocab);
+      for (size_t c = 0; c < third.ids.size(); ++c) {
+        expected[{first.ids[a], second.ids[b], third.ids[c]}] =
+            double(first.probs[a]) * second.probs[b] * third.probs[c];
+      }
+    }
+  }
+  return expected;
+}
+
+// Sampled first three tokens against their exact distribution: within the support, the joint by
+// chi-square, and the third token alone (a bias confined to one branch of the first two is spread
+// over the joint's many cells, and stands out among the third token's few).
+void expect_follows(const std::map<std::vector<int32_t>, double>& expected,
+                    const std::map<std::vector<int32_t>, int>& observed, int samples) {
+  for (const auto& [tokens, count] : observed) {
+    EXPECT_TRUE(expected.count(tokens)) << "sampled tokens outside the target's support";
+  }
+  const ChiSquare fit = chi_square(expected, observed, samples);
+  EXPECT_LT(fit.statistic, chi_square_critical(fit.cells - 1)) << fit.cells << " cells";
+  std::map<int32_t, double> expected_third;
+  std::map<int32_t, int> observed_third;
+  for (const auto& [tokens, probability] : expected) expected_third[tokens[2]] += probability;
+  for (const auto& [tokens, count] : observed) observed_third[tokens[2]] += count;
+  const ChiSquare third_fit = chi_square(expected_third, observed_third, samples);
+  EXPECT_LT(third_fit.statistic, chi_square_critical(third_fit.cells - 1))
+      << third_fit.cells << " cells";
 }
 
 // The state of the prompt minus its last token: each sample restores it, so every sample is one
@@ -731,30 +877,8 @@ class SurvivalReportingDrafter : public Drafter {
 // token, and this test catches that.
 TEST_F(LosslessSampling, FirstThreeTokensFollowTheTargetUnderTheConfidenceSchedule) {
   const StateSnapshot prefix = prompt_prefix(*model, prompt);
-  // The joint distribution of the first three tokens, exactly.
-  std::map<std::vector<int32_t>, double> expected_three;
-  ModelState state = model->new_state();
-  ForwardOutput out;
-  model->forward(prompt.data(), prompt.size(), state, {static_cast<int64_t>(prompt.size()) - 1}, {},
-                 out);
-  const TokenDistribution first = target_distribution(sampling, out.logits.data(), vocab);
-  const StateSnapshot after_prompt = state.snapshot();
-  for (size_t a = 0; a < first.ids.size(); ++a) {
-    state.restore(after_prompt);
-    model->forward(&first.ids[a], 1, state, {0}, {}, out);
-    const TokenDistribution second = target_distribution(sampling, out.logits.data(), vocab);
-    const StateSnapshot after_first = state.snapshot();
-    for (size_t b = 0; b < second.ids.size(); ++b) {
-      state.restore(after_first);
-      model->forward(&second.ids[b], 1, state, {0}, {}, out);
-      const TokenDistribution third = target_distribution(sampling, out.logits.data(), vocab);
-      for (size_t c = 0; c < third.ids.size(); ++c) {
-        expected_three[{first.ids[a], second.ids[b], third.ids[c]}] =
-            double(first.probs[a]) * second.probs[b] * third.probs[c];
-      }
-    }
-  }
-
+  const std::map<std::vector<int32_t>, double> expected_three =
+      first_three_tokens(*model, sampling, prompt);
   const CostCurves curves =
       testing::curves_of({10, 11.5, 15.09, 15.09, 15.09, 15.09, 15.09, 15.09});
   auto scheduler = std::make_shared<DraftScheduler>(curves, 3);
@@ -787,24 +911,50 @@ TEST_F(LosslessSampling, FirstThreeTokensFollowTheTargetUnderTheConfidenceSchedu
       unverified += generator.stats().unverified;
       drafted += generator.stats().drafted;
     }
-    for (const auto& [tokens, count] : observed) {
-      EXPECT_TRUE(expected_three.count(tokens)) << "sampled tokens outside the target's support";
-    }
     EXPECT_GT(unverified, 0);
     EXPECT_GT(drafted, samples);
-    const ChiSquare fit = chi_square(expected_three, observed, samples);
-    EXPECT_LT(fit.statistic, chi_square_critical(fit.cells - 1)) << fit.cells << " cells";
-    // The third token alone: a bias confined to one branch of the first two is spread over the
-    // joint's 216 cells, and stands out among the third token's few.
-    std::map<int32_t, double> expected_third;
-    std::map<int32_t, int> observed_third;
-    for (const auto& [tokens, probability] : expected_three)
-      expected_third[tokens[2]] += probability;
-    for (const auto& [tokens, count] : observed) observed_third[tokens[2]] += count;
-    const ChiSquare third_fit = chi_square(expected_third, observed_third, samples);
-    EXPECT_LT(third_fit.statistic, chi_square_critical(third_fit.cells - 1))
-        << third_fit.cells << " cells";
+    expect_follows(expected_three, observed, samples);
   }
+}
+
+// Lookup drafts priced by their survival (LookupLoadCap over LookupDrafter's estimates), on
+// curves where one rejected first draft turns the next proposal into a plain step and a matched
+// run lets it verify all three: how many drafts a round verifies depends on the tokens sampled
+// before it. The prompt holds every token once, so every sampled token has an earlier occurrence
+// to copy after. The first three tokens still follow the target's distribution.
+TEST_F(LosslessSampling, FirstThreeTokensFollowTheTargetWithLookupPricedBySurvival) {
+  std::vector<int32_t> repeating(vocab);
+  std::iota(repeating.begin(), repeating.end(), 0);
+  std::shuffle(repeating.begin(), repeating.end(), std::mt19937(5));
+  const StateSnapshot prefix = prompt_prefix(*model, repeating);
+  const std::map<std::vector<int32_t>, double> expected =
+      first_three_tokens(*model, sampling, repeating);
+  const CostCurves curves = testing::curves_of({10, 14, 17, 19});
+  ASSERT_EQ(LookupLoadCap(curves, 3).drafts_to_verify(SlotSurvival(0.55, 0.7).survival(3), 3), 3);
+  std::map<std::vector<int32_t>, int> observed;
+  const int samples = 6000;
+  int64_t unverified = 0, drafted = 0;
+  for (int s = 0; s < samples; ++s) {
+    LookupDrafter drafter(LookupParams{1, 2, 3, 3});
+    LookupLoadCap policy(curves, 3);
+    SpeculativeGenerator generator(*model, drafter, policy);
+    LoneSequence run(*model);
+    run.state().restore(prefix);
+    GenerationConfig config;
+    config.sampling = sampling;
+    config.sampling.seed = 290000 + s;
+    config.max_tokens = 8;
+    int seen = 0;
+    const GenerationResult result = generator.generate(
+        repeating, run.pool, run.id, config, [&](const CommittedToken&) { return ++seen < 3; });
+    ASSERT_GE(result.tokens.size(), 3u);
+    ++observed[{result.tokens[0], result.tokens[1], result.tokens[2]}];
+    unverified += generator.stats().unverified;
+    drafted += generator.stats().drafted;
+  }
+  EXPECT_GT(unverified, 0);
+  EXPECT_GT(drafted, samples);
+  expect_follows(expected, observed, samples);
 }
 
 // Reasoning budget (docs/speculative.md §8): with the prompt opening the block, each case spells
