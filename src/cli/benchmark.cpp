@@ -44,7 +44,7 @@ struct BenchmarkOptions {
   std::string models_dir;
   std::string drafter;
   std::string modes = "dspark,lookup";
-  std::string caps = "2,auto";
+  std::string caps = "derived,derived+lookup";
   std::string suites = "chat,code,math";
   std::string prompts_dir;
   int prompts_per_suite = 0;  // 0 = all

@@ -102,8 +102,14 @@ void add_decode_flags(CLI::App& command, DecodeFlags& flags) {
                   "survival pays for their verify rows (on), or every draft of the cap (off)")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
-  command.add_flag("--lookup-drafts", flags.lookup_drafts,
-                   "Try prompt-lookup drafts before the model drafter each round");
+  CLI::Option* lookup_on =
+      command.add_flag("--lookup-drafts", flags.lookup_drafts,
+                       "Try prompt-lookup drafts before the model drafter each round (the default "
+                       "for dense targets; MoE targets leave it off)");
+  command
+      .add_flag("--no-lookup-drafts", flags.no_lookup_drafts,
+                "Run the model drafter every round, without the prompt-lookup pre-step")
+      ->excludes(lookup_on);
   command.add_flag("--special-tokens-in-content", flags.special_tokens_in_content,
                    "Tokenize control-token text inside messages and tools as control tokens "
                    "(default: plain text; only the chat template's markup gives control tokens)");
@@ -138,7 +144,8 @@ DecodeSetup resolve_decode_flags(const DecodeFlags& flags, const std::string& mo
   drafter.models_dir = models_dir(models_dir_flag);
   drafter.drafter_bits = flags.drafter_bits;
   drafter.confidence_threshold = flags.confidence_threshold;
-  drafter.lookup_drafts = flags.lookup_drafts;
+  if (flags.lookup_drafts) drafter.lookup_drafts = true;
+  if (flags.no_lookup_drafts) drafter.lookup_drafts = false;
   drafter.hub.find_repo = [&resolve](const std::string& repo_id) {
     return find_or_download_repo(repo_id, resolve.hub, resolve.download);
   };

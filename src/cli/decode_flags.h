@@ -1,8 +1,8 @@
 #pragma once
 // The decoding flags `generate` and `serve` share (docs/speculative.md §15, docs/server-api.md
 // §6.1, §6.2): --mode, --max-draft, --drafter, --drafter-bits, --confidence-threshold,
-// --lookup-drafts, declared once so that both commands take the same names and defaults, and
-// resolved once per loaded model into the DecodeSetup every generation uses.
+// --lookup-drafts / --no-lookup-drafts, declared once so that both commands take the same names and
+// defaults, and resolved once per loaded model into the DecodeSetup every generation uses.
 #include <CLI/CLI.hpp>
 #include <string>
 
@@ -19,7 +19,9 @@ struct DecodeFlags {
   int drafter_bits = 4;
   float confidence_threshold = 0.0f;
   std::string confidence_schedule = "on";
+  // --lookup-drafts / --no-lookup-drafts; neither: on for a dense target, off for a MoE one.
   bool lookup_drafts = false;
+  bool no_lookup_drafts = false;
   // Let message and tool text yield control tokens (the old behaviour; a prompt-injection risk:
   // a user typing the template's end-of-turn markup can forge turns).
   bool special_tokens_in_content = false;

@@ -278,7 +278,9 @@ DecodeSetup decode_setup_from_options(const Model& target, DecodeOptions decode,
                                       const DrafterCliOptions& options, std::string& explanation) {
   const DrafterChoice choice = resolve_drafter(options);
   decode.mode = choice.mode;
-  decode.lookup_drafts = options.lookup_drafts;
+  const bool moe = target.config().layer_kinds.find('E') != std::string::npos;
+  decode.lookup_drafts = choice.mode != DecodeMode::lookup && choice.mode != DecodeMode::baseline &&
+                         options.lookup_drafts.value_or(!moe);
   if (options.drafter_bits < 0) fail("--drafter-bits must not be negative");
   if (options.confidence_threshold < 0.0f || options.confidence_threshold > 1.0f) {
     fail("--confidence-threshold must be in [0, 1], not {}", options.confidence_threshold);
@@ -324,6 +326,9 @@ DecodeSetup decode_setup_from_options(const Model& target, DecodeOptions decode,
           "(override with --max-draft)",
           caps.derived_cap);
     }
+  }
+  if (setup.options.lookup_drafts) {
+    explanation += "; prompt-lookup drafts tried before the drafter's";
   }
   if (choice.mode == DecodeMode::lookup && !decode.max_draft && decode.confidence_schedule) {
     // Lookup drafts are verified as far as their measured acceptance pays on this machine's verify

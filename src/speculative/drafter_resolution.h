@@ -51,7 +51,9 @@ struct DrafterCliOptions {
   std::string models_dir;     // the models directory
   int drafter_bits = 4;       // 0 = as stored
   float confidence_threshold = 0.0f;
-  bool lookup_drafts = false;
+  // The --lookup-drafts pre-step of dspark / dflash modes; unset: on for a dense target, off for
+  // a MoE one (each extra verify row there loads fresh experts).
+  std::optional<bool> lookup_drafts;
   DrafterHub hub;
 };
 

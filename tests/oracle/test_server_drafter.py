@@ -214,15 +214,19 @@ def test_auto_finds_the_drafter_beside_the_model(dirs, tmp_path, monkeypatch):
     log = auto.log.read()
     assert "mode dspark: dspark drafter" in log and "model-DSpark found beside the model" in log
     assert (tmp_path / "cache" / "dspark" / "calibration.json").exists()
+    # A dense target: prompt-lookup drafts are tried before the drafter's by default.
+    assert health["lookup_drafts"] is True
+    assert "prompt-lookup drafts tried before the drafter's" in log
     # The cap derived from this machine's costs: on a tiny target, where the drafter costs about
-    # what a verify row does, plain steps (cap 0) may pay best, and then no round is drafted.
+    # what a verify row does, plain steps (cap 0) may pay best, and then the drafter drafts no
+    # round (lookup drafts still may).
     cap = int(re.search(r"; cap (\d+)[ ,]", log)[1])
     stats = streamed[2]
     assert stats["cap"] == cap
     if cap == 0:
         assert "no cap pays" in log
-        assert stats["rounds"] == 0 and stats["drafted"] == 0
-        assert stats["target_forwards"] == stats["plain_steps"] + 1
+        assert stats["rounds"] == stats["lookup_rounds"]
+        assert stats["target_forwards"] == stats["rounds"] + stats["plain_steps"] + 1
     else:
         assert_drafter_stats(stats, "dspark")
 

@@ -318,6 +318,9 @@ TEST(DrafterDecode, GreedyDSparkEqualsPlainAcceptingAndRejectingDrafts) {
       std::string explanation;
       const DecodeSetup setup = decode_setup_from_options(*target, decode, options, explanation);
       EXPECT_EQ(setup.options.mode, DecodeMode::dspark);
+      // A MoE target leaves the lookup pre-step off unless asked (a dense one has it on: the
+      // qwen3 targets of tests/oracle/test_server_drafter.py).
+      EXPECT_FALSE(setup.options.lookup_drafts);
       EXPECT_NE(explanation.find("mode dspark: --drafter directory"), std::string::npos)
           << explanation;
       DecodeStats stats;
@@ -332,6 +335,18 @@ TEST(DrafterDecode, GreedyDSparkEqualsPlainAcceptingAndRejectingDrafts) {
               std::to_string(stats.speculative.drafted));
     }
   }
+  DrafterCliOptions asked;
+  asked.drafter = drafter_dir;
+  asked.model_dir = target_dir;
+  asked.lookup_drafts = true;
+  std::string explanation;
+  EXPECT_TRUE(decode_setup_from_options(*target, DecodeOptions{}, asked, explanation)
+                  .options.lookup_drafts);
+  EXPECT_NE(explanation.find("prompt-lookup drafts tried before the drafter's"), std::string::npos);
+  asked.drafter.clear();
+  asked.mode = "baseline";
+  EXPECT_FALSE(decode_setup_from_options(*target, DecodeOptions{}, asked, explanation)
+                   .options.lookup_drafts);
 }
 
 }  // namespace
