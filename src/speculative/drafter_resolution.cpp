@@ -330,19 +330,26 @@ DecodeSetup decode_setup_from_options(const Model& target, DecodeOptions decode,
   if (setup.options.lookup_drafts) {
     explanation += "; prompt-lookup drafts tried before the drafter's";
   }
-  if (choice.mode == DecodeMode::lookup && !decode.max_draft && decode.confidence_schedule) {
-    // Lookup drafts are verified as far as their measured acceptance pays on this machine's verify
-    // costs (cached per model and kernels), alone and under load (docs/speculative.md §16.5).
+  const bool standalone_lookup =
+      choice.mode == DecodeMode::lookup && !decode.max_draft && decode.confidence_schedule;
+  // Lookup drafts are verified as far as their measured acceptance pays on this machine's verify
+  // costs (cached per model and kernels), alone and under load (docs/speculative.md §16.5); the
+  // pre-step of a drafter whose cap is pinned takes the target's own curves.
+  if (standalone_lookup || (setup.options.lookup_drafts && !setup.lookup_cap_policy)) {
     CalibrationOptions calibration;
     calibration.mode = "lookup";
     calibration.target_name = std::filesystem::path(options.model_dir).filename().string();
     calibration.max_width = kLookupCalibrationWidth;
     CalibratedCaps caps = calibrated_lookup_cap_policy(target, calibration);
-    setup.cap_policy = std::move(caps.policy);
-    explanation +=
-        caps.error.empty()
-            ? "; lookup drafts verified as far as their acceptance pays on the measured costs"
-            : fmt::format("; calibration failed ({}), every lookup draft verified", caps.error);
+    if (standalone_lookup) {
+      setup.cap_policy = std::move(caps.policy);
+      explanation +=
+          caps.error.empty()
+              ? "; lookup drafts verified as far as their acceptance pays on the measured costs"
+              : fmt::format("; calibration failed ({}), every lookup draft verified", caps.error);
+    } else {
+      setup.lookup_cap_policy = std::move(caps.lookup_policy);
+    }
   }
   return setup;
 }
