@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -77,6 +78,27 @@ PlainRun plain_run(const Model& model, const std::vector<int32_t>& prompt, int64
     run.states[state.length()] = state.contents();
   }
   return run;
+}
+
+// A speculative generation of `max_tokens` whose state after every round must equal plain
+// decoding's at the same length.
+GenerationResult generate_checking_states(const Model& model, Drafter& drafter, CapPolicy& policy,
+                                          const std::vector<int32_t>& prompt, const PlainRun& plain,
+                                          int64_t max_tokens, SpeculativeStats& stats) {
+  SpeculativeOptions options;
+  options.after_round = [&](const ModelState& state) {
+    auto expected = plain.states.find(state.length());
+    ASSERT_NE(expected, plain.states.end());
+    EXPECT_TRUE(same_state(state.contents(), expected->second));
+  };
+  SpeculativeGenerator generator(model, drafter, policy, options);
+  LoneSequence state(model);
+  GenerationConfig config;
+  config.max_tokens = max_tokens;
+  GenerationResult result = generator.generate(prompt, state.pool, state.id, config,
+                                               [](const CommittedToken&) { return true; });
+  stats = generator.stats();
+  return result;
 }
 
 struct Counts {
@@ -381,22 +403,11 @@ TEST(ConfidenceSchedule, VerifiesOnlyWhatSurvivalPaysForAndStaysLossless) {
           } else {
             policy_owner = std::make_unique<DerivedCap>(scheduler);
           }
-          CapPolicy& policy = *policy_owner;
-          SpeculativeOptions options;
-          options.after_round = [&](const ModelState& state) {
-            auto expected = plain.states.find(state.length());
-            ASSERT_NE(expected, plain.states.end());
-            EXPECT_TRUE(same_state(state.contents(), expected->second));
-          };
-          SpeculativeGenerator generator(*model, drafter, policy, options);
-          LoneSequence state(*model);
-          GenerationConfig config;
-          config.max_tokens = 16;
-          const auto result = generator.generate(prompt, state.pool, state.id, config,
-                                                 [](const CommittedToken&) { return true; });
+          SpeculativeStats stats;
+          const auto result =
+              generate_checking_states(*model, drafter, *policy_owner, prompt, plain, 16, stats);
           EXPECT_EQ(result.tokens, plain.tokens)
               << "wrong " << wrong << " certainty " << certainty << " auto " << auto_cap;
-          const SpeculativeStats& stats = generator.stats();
           if (certainty == 0.0) {
             EXPECT_EQ(stats.drafted, 0);
             EXPECT_GT(stats.unverified, 0);
@@ -429,21 +440,11 @@ TEST(LookupSurvivalCapDefaultModel, VerifiesPartOfItsProposalsAndEqualsPlain) {
     const PlainRun plain = plain_run(*model, prompt, 32);
     LookupDrafter drafter(LookupParams{3, 4, 6, 6});
     LookupLoadCap policy(curves, 6);
-    SpeculativeOptions options;
-    options.after_round = [&](const ModelState& state) {
-      auto expected = plain.states.find(state.length());
-      ASSERT_NE(expected, plain.states.end());
-      EXPECT_TRUE(same_state(state.contents(), expected->second));
-    };
-    SpeculativeGenerator generator(*model, drafter, policy, options);
-    LoneSequence state(*model);
-    GenerationConfig config;
-    config.max_tokens = 32;
-    const auto result = generator.generate(prompt, state.pool, state.id, config,
-                                           [](const CommittedToken&) { return true; });
-    EXPECT_EQ(result.tokens, plain.tokens);
-    unverified += generator.stats().unverified;
-    accepted += generator.stats().accepted;
+    SpeculativeStats stats;
+    EXPECT_EQ(generate_checking_states(*model, drafter, policy, prompt, plain, 32, stats).tokens,
+              plain.tokens);
+    unverified += stats.unverified;
+    accepted += stats.accepted;
   }
   EXPECT_GT(unverified, 0);
   EXPECT_GT(accepted, 0);
@@ -616,57 +617,47 @@ ChiSquare chi_square(const std::map<Key, double>& expected, const std::map<Key, 
   return fit;
 }
 
-// The exact joint distribution of the first two tokens after `prompt` under plain sampling.
-std::map<std::pair<int32_t, int32_t>, double> first_two_tokens(const Model& model,
-                                                               const SamplingParams& sampling,
-                                                               const std::vector<int32_t>& prompt) {
-  const int64_t vocab = model.vocab_size();
-  ModelState state = model.new_state();
-  ForwardOutput out;
-  model.forward(prompt.data(), prompt.size(), state, {static_cast<int64_t>(prompt.size()) - 1}, {},
-                out);
-  const TokenDistribution first = target_distribution(sampling, out.logits.data(), vocab);
-  const StateSnapshot after_prompt = state.snapshot();
-  std::map<std::pair<int32_t, int32_t>, double> expected;
-  for (size_t a = 0; a < first.ids.size(); ++a) {
-    state.restore(after_prompt);
-    model.forward(&first.ids[a], 1, state, {0}, {}, out);
-    const TokenDistribution second = target_distribution(sampling, out.logits.data(), vocab);
-    for (size_t b = 0; b < second.ids.size(); ++b) {
-      expected[{first.ids[a], second.ids[b]}] = double(first.probs[a]) * second.probs[b];
-    }
-  }
-  return expected;
-}
-
-// The exact joint distribution of the first three tokens after `prompt` under plain sampling.
-std::map<std::vector<int32_t>, double> first_three_tokens(const Model& model,
-                                                          const SamplingParams& sampling,
-                                                          const std::vector<int32_t>& prompt) {
+// The exact joint distribution of the first `count` tokens after `prompt` under plain sampling.
+std::map<std::vector<int32_t>, double> first_tokens(const Model& model,
+                                                    const SamplingParams& sampling,
+                                                    const std::vector<int32_t>& prompt,
+                                                    size_t count) {
   const int64_t vocab = model.vocab_size();
   std::map<std::vector<int32_t>, double> expected;
   ModelState state = model.new_state();
   ForwardOutput out;
   model.forward(prompt.data(), prompt.size(), state, {static_cast<int64_t>(prompt.size()) - 1}, {},
                 out);
-  const TokenDistribution first = target_distribution(sampling, out.logits.data(), vocab);
-  const StateSnapshot after_prompt = state.snapshot();
-  for (size_t a = 0; a < first.ids.size(); ++a) {
-    state.restore(after_prompt);
-    model.forward(&first.ids[a], 1, state, {0}, {}, out);
-    const TokenDistribution second = target_distribution(sampling, out.logits.data(), vocab);
-    const StateSnapshot after_first = state.snapshot();
-    for (size_t b = 0; b < second.ids.size(); ++b) {
-      state.restore(after_first);
-      model.forward(&second.ids[b], 1, state, {0}, {}, out);
-      const TokenDistribution third = target_distribution(sampling, out.logits.data(), vocab);
-      for (size_t c = 0; c < third.ids.size(); ++c) {
-        expected[{first.ids[a], second.ids[b], third.ids[c]}] =
-            double(first.probs[a]) * second.probs[b] * third.probs[c];
+  std::vector<int32_t> tokens;
+  // Depth first over every token the sampling keeps at each step.
+  const std::function<void(double)> extend = [&](double probability) {
+    const TokenDistribution next = target_distribution(sampling, out.logits.data(), vocab);
+    const StateSnapshot here = state.snapshot();
+    for (size_t i = 0; i < next.ids.size(); ++i) {
+      tokens.push_back(next.ids[i]);
+      if (tokens.size() == count) {
+        expected[tokens] = probability * next.probs[i];
+      } else {
+        state.restore(here);
+        model.forward(&next.ids[i], 1, state, {0}, {}, out);
+        extend(probability * next.probs[i]);
       }
+      tokens.pop_back();
     }
-  }
+  };
+  extend(1.0);
   return expected;
+}
+
+// The same for the first two tokens, as pairs.
+std::map<std::pair<int32_t, int32_t>, double> first_two_tokens(const Model& model,
+                                                               const SamplingParams& sampling,
+                                                               const std::vector<int32_t>& prompt) {
+  std::map<std::pair<int32_t, int32_t>, double> pairs;
+  for (const auto& [tokens, probability] : first_tokens(model, sampling, prompt, 2)) {
+    pairs[{tokens[0], tokens[1]}] = probability;
+  }
+  return pairs;
 }
 
 // Sampled first three tokens against their exact distribution: within the support, the joint by
@@ -687,6 +678,29 @@ void expect_follows(const std::map<std::vector<int32_t>, double>& expected,
   EXPECT_LT(third_fit.statistic, chi_square_critical(third_fit.cells - 1))
       << third_fit.cells << " cells";
 }
+
+// The first three tokens of many sampled generations, and how many drafts they made and left
+// unverified.
+struct FirstThreeTally {
+  std::map<std::vector<int32_t>, int> observed;
+  int64_t unverified = 0, drafted = 0;
+  int samples = 0;
+
+  void add(const GenerationResult& result, const SpeculativeStats& stats) {
+    ASSERT_GE(result.tokens.size(), 3u);
+    ++observed[{result.tokens[0], result.tokens[1], result.tokens[2]}];
+    unverified += stats.unverified;
+    drafted += stats.drafted;
+    ++samples;
+  }
+  // Some drafts were left unverified, more were drafted than there were generations, and the
+  // tokens follow `expected`.
+  void check(const std::map<std::vector<int32_t>, double>& expected) const {
+    EXPECT_GT(unverified, 0);
+    EXPECT_GT(drafted, samples);
+    expect_follows(expected, observed, samples);
+  }
+};
 
 // The state of the prompt minus its last token: each sample restores it, so every sample is one
 // prompt token, then the rounds under test.
@@ -718,9 +732,11 @@ class LosslessSampling : public ::testing::Test {
     return sampling;
   }
 
-  // One sampled generation on top of `prefix` (prompt_prefix), ended after `count` tokens.
+  // One sampled generation on top of `prefix` (prompt_prefix of `from`, the fixture's prompt by
+  // default), ended after `count` tokens.
   GenerationResult sample(SpeculativeGenerator& generator, const StateSnapshot& prefix,
-                          uint64_t seed, int count) const {
+                          uint64_t seed, int count,
+                          const std::vector<int32_t>* from = nullptr) const {
     LoneSequence run(*model);
     run.state().restore(prefix);
     GenerationConfig config;
@@ -728,7 +744,7 @@ class LosslessSampling : public ::testing::Test {
     config.sampling.seed = seed;
     config.max_tokens = 8;
     int seen = 0;
-    return generator.generate(prompt, run.pool, run.id, config,
+    return generator.generate(from != nullptr ? *from : prompt, run.pool, run.id, config,
                               [&](const CommittedToken&) { return ++seen < count; });
   }
 
@@ -878,7 +894,7 @@ class SurvivalReportingDrafter : public Drafter {
 TEST_F(LosslessSampling, FirstThreeTokensFollowTheTargetUnderTheConfidenceSchedule) {
   const StateSnapshot prefix = prompt_prefix(*model, prompt);
   const std::map<std::vector<int32_t>, double> expected_three =
-      first_three_tokens(*model, sampling, prompt);
+      first_tokens(*model, sampling, prompt, 3);
   const CostCurves curves =
       testing::curves_of({10, 11.5, 15.09, 15.09, 15.09, 15.09, 15.09, 15.09});
   auto scheduler = std::make_shared<DraftScheduler>(curves, 3);
@@ -891,11 +907,10 @@ TEST_F(LosslessSampling, FirstThreeTokensFollowTheTargetUnderTheConfidenceSchedu
   params.allow_parking = false;
   for (bool auto_cap : {false, true}) {
     SCOPED_TRACE(auto_cap ? "auto controller" : "derived cap");
-    std::map<std::vector<int32_t>, int> observed;
+    FirstThreeTally tally;
     // With the best budget over every draft's actual survival, these 6,000 samples gave chi-square
     // 1,106 on the joint against a critical 285, and 395 against 114 on the third token.
     const int samples = 6000;
-    int64_t unverified = 0, drafted = 0;
     for (int s = 0; s < samples; ++s) {
       // A new generation each time: its first round offers the derived cap at the prior, 3.
       std::unique_ptr<CapPolicy> policy;
@@ -905,15 +920,9 @@ TEST_F(LosslessSampling, FirstThreeTokensFollowTheTargetUnderTheConfidenceSchedu
         policy = std::make_unique<DerivedCap>(scheduler);
       }
       SpeculativeGenerator generator(*model, drafter, *policy);
-      const GenerationResult result = sample(generator, prefix, (auto_cap ? 190000 : 90000) + s, 3);
-      ASSERT_GE(result.tokens.size(), 3u);
-      ++observed[{result.tokens[0], result.tokens[1], result.tokens[2]}];
-      unverified += generator.stats().unverified;
-      drafted += generator.stats().drafted;
+      tally.add(sample(generator, prefix, (auto_cap ? 190000 : 90000) + s, 3), generator.stats());
     }
-    EXPECT_GT(unverified, 0);
-    EXPECT_GT(drafted, samples);
-    expect_follows(expected_three, observed, samples);
+    tally.check(expected_three);
   }
 }
 
@@ -928,33 +937,17 @@ TEST_F(LosslessSampling, FirstThreeTokensFollowTheTargetWithLookupPricedBySurviv
   std::shuffle(repeating.begin(), repeating.end(), std::mt19937(5));
   const StateSnapshot prefix = prompt_prefix(*model, repeating);
   const std::map<std::vector<int32_t>, double> expected =
-      first_three_tokens(*model, sampling, repeating);
+      first_tokens(*model, sampling, repeating, 3);
   const CostCurves curves = testing::curves_of({10, 14, 17, 19});
   ASSERT_EQ(LookupLoadCap(curves, 3).drafts_to_verify(SlotSurvival(0.55, 0.7).survival(3), 3), 3);
-  std::map<std::vector<int32_t>, int> observed;
-  const int samples = 6000;
-  int64_t unverified = 0, drafted = 0;
-  for (int s = 0; s < samples; ++s) {
+  FirstThreeTally tally;
+  for (int s = 0; s < 6000; ++s) {
     LookupDrafter drafter(LookupParams{1, 2, 3, 3});
     LookupLoadCap policy(curves, 3);
     SpeculativeGenerator generator(*model, drafter, policy);
-    LoneSequence run(*model);
-    run.state().restore(prefix);
-    GenerationConfig config;
-    config.sampling = sampling;
-    config.sampling.seed = 290000 + s;
-    config.max_tokens = 8;
-    int seen = 0;
-    const GenerationResult result = generator.generate(
-        repeating, run.pool, run.id, config, [&](const CommittedToken&) { return ++seen < 3; });
-    ASSERT_GE(result.tokens.size(), 3u);
-    ++observed[{result.tokens[0], result.tokens[1], result.tokens[2]}];
-    unverified += generator.stats().unverified;
-    drafted += generator.stats().drafted;
+    tally.add(sample(generator, prefix, 290000 + s, 3, &repeating), generator.stats());
   }
-  EXPECT_GT(unverified, 0);
-  EXPECT_GT(drafted, samples);
-  expect_follows(expected, observed, samples);
+  tally.check(expected);
 }
 
 // Reasoning budget (docs/speculative.md §8): with the prompt opening the block, each case spells
