@@ -778,6 +778,11 @@ void Engine::step_loop() {
         for (SlotRun* member : members) member->fail(e);
         members.clear();
       }
+      decoders.clear();
+      for (SlotRun* member : members) {
+        if (SequenceDecoder* decoder = member->decoder()) decoders.push_back(decoder);
+      }
+      accept_together(decoders);
       for (SlotRun* member : members) {
         try {
           member->finish_run();

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <numeric>
 #include <optional>
+#include <utility>
 
 #include "base/error.h"
 #include "base/system_info.h"
+#include "base/thread_pool.h"
 #include "speculative/acceptance.h"
 
 namespace dspark {
@@ -318,18 +320,31 @@ void SequenceDecoder::plan_verify() {
   phase_ = Phase::verify;
 }
 
+void SequenceDecoder::accept_ahead() {
+  if (phase_ != Phase::verify) return;
+  try {
+    const VerifyRows rows{output_.logits.data(),
+                          vocab_,
+                          &draft_,
+                          &config_.sampling,
+                          &counts_,
+                          config_.answer_constraint.enabled() ? &constraint_ : nullptr,
+                          &rng_};
+    RowsAccepted acceptance;
+    accept_rows({&rows, 1}, {&acceptance, 1});
+    accepted_ahead_ = acceptance;
+  } catch (...) {
+    acceptance_error_ = std::current_exception();
+  }
+}
+
 void SequenceDecoder::finish_round() {
+  if (!accepted_ahead_ && !acceptance_error_) accept_ahead();
+  if (acceptance_error_) std::rethrow_exception(std::exchange(acceptance_error_, nullptr));
+  const RowsAccepted acceptance = *accepted_ahead_;
+  accepted_ahead_.reset();
   phase_ = Phase::idle;
   const int64_t drafts = static_cast<int64_t>(draft_.tokens.size());
-  const VerifyRows rows{output_.logits.data(),
-                        vocab_,
-                        &draft_,
-                        &config_.sampling,
-                        &counts_,
-                        config_.answer_constraint.enabled() ? &constraint_ : nullptr,
-                        &rng_};
-  RowsAccepted acceptance;
-  accept_rows({&rows, 1}, {&acceptance, 1});
   const int64_t accepted = acceptance.accepted;
 
   // Statistics of the round.
@@ -431,6 +446,13 @@ std::vector<std::exception_ptr> draft_together(std::span<SequenceDecoder* const>
   return errors;
 }
 
+void accept_together(std::span<SequenceDecoder* const> decoders) {
+  default_pool().parallel_for(static_cast<int64_t>(decoders.size()), 1,
+                              [&](int64_t begin, int64_t end, int) {
+                                for (int64_t i = begin; i < end; ++i) decoders[i]->accept_ahead();
+                              });
+}
+
 void decode_together(const Model& model, StatePool& pool,
                      const std::vector<SequenceDecoder*>& sequences, StepCounters* counters) {
   std::vector<SequenceRun> runs;
@@ -461,6 +483,7 @@ void decode_together(const Model& model, StatePool& pool,
     const double start = now_seconds();
     model.forward_batch(runs, pool);
     if (counters != nullptr) counters->add_step(runs, now_seconds() - start);
+    accept_together(running);
     for (SequenceDecoder* sequence : running) sequence->finish_run();
     if (counters != nullptr && full) {
       int64_t tokens_after = 0;

@@ -22,6 +22,7 @@
 #include "engine/answer_constraint.h"
 #include "engine/forced_tokens.h"
 #include "engine/generator.h"
+#include "speculative/acceptance.h"
 #include "speculative/drafter.h"
 
 namespace dspark {
@@ -143,6 +144,10 @@ class SequenceDecoder {
   // next_run feeds them and makes the call itself.
   std::optional<DraftCall> draft_call();
   void take_draft(Draft draft);
+  // After a verify forward: works out which drafts the target takes (accept_rows) and keeps the
+  // answer, or what it threw, for finish_run, so that a caller can spread this work of many
+  // decoders over threads (accept_together). Nothing before any other forward.
+  void accept_ahead();
   void finish_run();
   // Runs the remaining forwards one by one, alone.
   void run_to_end();
@@ -210,6 +215,9 @@ class SequenceDecoder {
   double round_start_ = 0.0;
   double forward_start_ = 0.0;
   int load_ = 0;
+  // accept_ahead's answer for the verify forward that just ran, or what it threw.
+  std::optional<RowsAccepted> accepted_ahead_;
+  std::exception_ptr acceptance_error_;
 };
 
 // What batched steps (Model::forward_batch) have carried.
@@ -236,6 +244,11 @@ struct StepCounters {
 // head read its weights once. errors[i] is what decoders[i] threw while planning or what its
 // drafter threw (null: none); a decoder that failed must not be stepped further.
 std::vector<std::exception_ptr> draft_together(std::span<SequenceDecoder* const> decoders);
+
+// The accepting half of one shared step, after its forward: every decoder's accept_ahead, spread
+// over the default pool (a sampled row scores the whole vocabulary, the serial work of a step),
+// before the callers' finish_run calls, one by one, commit what each accepted.
+void accept_together(std::span<SequenceDecoder* const> decoders);
 
 // Runs the generations (sequences of `pool`) to their ends, every step one Model::forward_batch
 // over the next forward of each unfinished one, each told the load (set_load: the unfinished
