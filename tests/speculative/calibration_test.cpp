@@ -57,12 +57,19 @@ TEST_F(Calibrate, MeasuresEveryCostAndCachesIt) {
   EXPECT_EQ(first.curves.reference_context, 128);
   EXPECT_NE(first.key.find("lookup-as-drafter"), std::string::npos);
 
-  const Calibration second = calibrate(*model_, lookup, options_);
+  Calibration cached = first;
+  Calibration second = calibrate(*model_, lookup, options_);
+  if (second.stale) {
+    // `first` was timed in a slow spell (a neighbouring test on the same cores): the stale check
+    // measured again and replaced it, and that entry is what the next call reads.
+    cached = second;
+    second = calibrate(*model_, lookup, options_);
+  }
   EXPECT_TRUE(second.from_cache);
   EXPECT_EQ(second.key, first.key);
-  EXPECT_EQ(second.curves.verify_ms, first.curves.verify_ms);
-  EXPECT_EQ(second.curves.drafter_ms, first.curves.drafter_ms);
-  EXPECT_EQ(second.curves.slope_ms_per_token, first.curves.slope_ms_per_token);
+  EXPECT_EQ(second.curves.verify_ms, cached.curves.verify_ms);
+  EXPECT_EQ(second.curves.drafter_ms, cached.curves.drafter_ms);
+  EXPECT_EQ(second.curves.slope_ms_per_token, cached.curves.slope_ms_per_token);
 
   // Another mode is another key: measured again, and both stay in the file.
   CalibrationOptions lookup_mode = options_;
