@@ -3,7 +3,6 @@
 // of the longest matching suffix n-gram in the prompt and output so far.
 #include <array>
 #include <cstdint>
-#include <optional>
 #include <unordered_map>
 #include <vector>
 
