@@ -209,16 +209,7 @@ void SequenceDecoder::finish_prefill() {
   forced_due_ = forcing_.due(tokens_left(config_, model_, prompt_tokens_, 0));
   if (!forced_due_) {
     // The prompt's last row is a round without drafts.
-    const Draft none;
-    const VerifyRows row{output_.logits.data(),
-                         vocab_,
-                         &none,
-                         &config_.sampling,
-                         &counts_,
-                         config_.answer_constraint.enabled() ? &constraint_ : nullptr,
-                         &rng_};
-    RowsAccepted first;
-    accept_rows({&row, 1}, {&first, 1});
+    const RowsAccepted first = accept(Draft{});
     commit(*first.next, output_.logits.data(), false);
   }
 }
@@ -320,19 +311,23 @@ void SequenceDecoder::plan_verify() {
   phase_ = Phase::verify;
 }
 
+RowsAccepted SequenceDecoder::accept(const Draft& draft) {
+  const VerifyRows rows{output_.logits.data(),
+                        vocab_,
+                        &draft,
+                        &config_.sampling,
+                        &counts_,
+                        config_.answer_constraint.enabled() ? &constraint_ : nullptr,
+                        &rng_};
+  RowsAccepted acceptance;
+  accept_rows({&rows, 1}, {&acceptance, 1});
+  return acceptance;
+}
+
 void SequenceDecoder::accept_ahead() {
   if (phase_ != Phase::verify) return;
   try {
-    const VerifyRows rows{output_.logits.data(),
-                          vocab_,
-                          &draft_,
-                          &config_.sampling,
-                          &counts_,
-                          config_.answer_constraint.enabled() ? &constraint_ : nullptr,
-                          &rng_};
-    RowsAccepted acceptance;
-    accept_rows({&rows, 1}, {&acceptance, 1});
-    accepted_ahead_ = acceptance;
+    accepted_ahead_ = accept(draft_);
   } catch (...) {
     acceptance_error_ = std::current_exception();
   }

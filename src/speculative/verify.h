@@ -174,6 +174,8 @@ class SequenceDecoder {
   int keep_drafts_worth_verifying(CapPolicy& caps);
   void plan_verify();
   void plan_until_forward();
+  // accept_rows over the output's rows, `draft` after the pending token.
+  RowsAccepted accept(const Draft& draft);
   void finish_prefill();
   void finish_forced();
   void finish_round();
