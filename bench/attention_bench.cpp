@@ -4,7 +4,8 @@
 // heads, head_dim 128). kv_bits: an fp32 or an f16 cache. BM_DecodeAttention reads one cache over
 // and over, from L2 or L3; BM_DecodeAttentionFromMemory reads many in turn, as a model's decode
 // step reads its layers' caches, each pushed out of the CPU caches by the others (and by the
-// weights) since the step before; BM_RowsAttentionFromMemory does the same for a verify's rows.
+// weights) since the step before; BM_RowsAttentionFromMemory does the same for a verify's rows;
+// BM_DraftBlockAttention times a drafter's block over its context (block_attention).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -136,6 +137,37 @@ BENCHMARK(BM_RowsAttention)
     ->Args({4096, 8, 16})
     ->Args({8192, 256, 32})
     ->Args({8192, 256, 16})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+// A drafter's block (DSpark: 7 rows, bidirectional) over its fp32 context of `past` positions,
+// the default model's head shape; the context's layers are read in turn from memory, as drafting
+// after a target step finds them.
+void BM_DraftBlockAttention(benchmark::State& state) {
+  const int64_t past = state.range(0), rows = state.range(1), q_heads = 9, kv_heads = 3, dim = 64;
+  const int64_t n = past * kv_heads * dim;
+  const int64_t layers = std::max<int64_t>(4, (int64_t{128} << 20) / (8 * n) + 1);
+  std::vector<std::vector<float>> keys, values;
+  for (int64_t l = 0; l < layers; ++l) {
+    keys.push_back(random_values(n, 2 + 2 * l));
+    values.push_back(random_values(n, 3 + 2 * l));
+  }
+  const std::vector<float> q = random_values(rows * q_heads * dim, 1);
+  const std::vector<float> block_keys = random_values(rows * kv_heads * dim, 4);
+  const std::vector<float> block_values = random_values(rows * kv_heads * dim, 5);
+  std::vector<float> out(rows * q_heads * dim);
+  const dspark::kernels::BlockAttentionSpec spec{q_heads, kv_heads, dim, false, 0, 1.0f / 8.0f};
+  int64_t layer = 0;
+  for (auto _ : state) {
+    dspark::kernels::block_attention(spec, q.data(), rows, keys[layer].data(), values[layer].data(),
+                                     past, block_keys.data(), block_values.data(), out.data());
+    benchmark::DoNotOptimize(out.data());
+    layer = (layer + 1) % layers;
+  }
+}
+BENCHMARK(BM_DraftBlockAttention)
+    ->ArgNames({"past", "rows"})
+    ->ArgsProduct({{512, 3072, 8192}, {7}})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 

@@ -59,8 +59,9 @@ void BM_Logprobs(benchmark::State& state) {
   const std::vector<float> row = logits(true);
   int32_t id = 0;
   for (auto _ : state) {
-    benchmark::DoNotOptimize(dspark::logprob_of(row.data(), kVocab, id));
-    benchmark::DoNotOptimize(dspark::top_logprobs(row.data(), kVocab, 5));
+    const dspark::LogSoftmax log_softmax(row.data(), kVocab);
+    benchmark::DoNotOptimize(log_softmax.of(id));
+    benchmark::DoNotOptimize(log_softmax.top(5));
     id = (id + 7919) % kVocab;
   }
 }

@@ -43,6 +43,7 @@ struct BenchmarkOptions {
   std::string model;
   std::string models_dir;
   std::string drafter;
+  int drafter_bits = 4;  // 0 = as stored
   std::string modes = "dspark,lookup";
   std::string caps = "derived,derived+lookup";
   std::string suites = "chat,code,math";
@@ -159,6 +160,7 @@ ModelDrafter load_model_drafter(const Model& model, const std::string& mode,
   DrafterCliOptions cli;
   cli.mode = mode;
   cli.drafter = options.drafter;
+  cli.drafter_bits = options.drafter_bits;
   cli.model = options.model;
   cli.model_dir = model_dir;
   cli.models_dir = models_dir(options.models_dir);
@@ -426,7 +428,9 @@ void run_benchmark(const BenchmarkOptions& options) {
     with_drafter.max_width = kMaxCap + 1;
     with_drafter.mode = name;
     with_drafter.drafter_name = std::filesystem::path(drafter.directory).filename().string();
+    with_drafter.drafter_bits = options.drafter_bits;
     if (report.drafter.empty()) report.drafter = drafter.directory;
+    report.drafter_bits = options.drafter_bits;
     Calibration measured = calibrate(model, drafter.factory, with_drafter);
     const int derived = derive_cap(measured.curves, kMaxCap);
     print_calibration(name + " drafter " + with_drafter.drafter_name, measured, derived);
@@ -482,7 +486,8 @@ void run_benchmark(const BenchmarkOptions& options) {
           if (trial == 0) plain_tokens = result.tokens;
         }
         run.speedup = plain_tok_s > 0 ? run.tok_s / plain_tok_s : 0.0;
-        run.matches_plain = !report.compares_tokens(a == 0) || result.tokens == plain_tokens;
+        run.matches_plain =
+            !report.compares_tokens(report.arms[a].mode) || result.tokens == plain_tokens;
         ArmResult& arm = report.arms[a];
         arm.cap = decode.cap;
         arm.prompts.back().trials.push_back(run);
@@ -520,6 +525,7 @@ void run_benchmark(const BenchmarkOptions& options) {
     for (const Arm& arm : arms) {
       LoadRun load;
       load.arm = arm.label;
+      load.mode = arm.setup.options.mode;
       load.sequences = sequences;
       if (arm.cap_choice.starts_with("derived")) {
         load.derived_cap = derive_cap(report.calibration_for(arm.setup.options.mode).curves,
@@ -532,7 +538,7 @@ void run_benchmark(const BenchmarkOptions& options) {
       for (size_t a = 0; a < arms.size(); ++a) {
         LoadRun& load = report.loads[first + a];
         const LoadRates rates = run_load(model, prompts, plain_by_prompt, arms[a], config,
-                                         report.compares_tokens(a == 0), load);
+                                         report.compares_tokens(load.mode), load);
         if (a == 0) plain = rates;
         load.tok_s.push_back(rates.all);
         load.speedup.push_back(plain.all > 0 ? rates.all / plain.all : 0.0);
@@ -575,6 +581,11 @@ void add_benchmark_command(CLI::App& app) {
   command->add_option("--model,-m", options->model, "Model (default: the default model)");
   command->add_option("--models-dir", options->models_dir, "Models directory");
   command->add_option("--drafter", options->drafter, "Drafter for the dspark / dflash modes");
+  command
+      ->add_option("--drafter-bits", options->drafter_bits,
+                   "Quantise the drafter to this many bits at load (0 = as stored)")
+      ->check(drafter_bits())
+      ->capture_default_str();
   command
       ->add_option("--modes", options->modes,
                    "Comma list of lookup, dspark, dflash (plain always runs first)")

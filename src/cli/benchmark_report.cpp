@@ -159,6 +159,7 @@ nlohmann::json report_json(const BenchmarkReport& report) {
   out["threads"] = report.threads;
   out["target"] = report.target;
   out["drafter"] = report.drafter;
+  out["drafter_bits"] = report.drafter_bits;
   out["trials"] = report.trials;
   out["max_new_tokens"] = report.max_new_tokens;
   out["temperature"] = report.temperature;
@@ -237,7 +238,7 @@ nlohmann::json report_json(const BenchmarkReport& report) {
                          {"matches_plain", prompt.matches_plain()},
                          {"trials", trials}});
     }
-    const bool compared = report.compares_tokens(&arm == &report.arms.front());
+    const bool compared = report.compares_tokens(arm.mode);
     if (!compared) {
       for (nlohmann::json& prompt : prompts) prompt["matches_plain"] = nullptr;
     }
@@ -261,7 +262,7 @@ nlohmann::json report_json(const BenchmarkReport& report) {
                               {"rows_per_step", load.rows_per_step},
                               {"drafts_per_round", load.drafts_per_round},
                               {"matches_plain", nullptr}};
-      if (report.compares_tokens(load.arm == report.arms.front().label)) {
+      if (report.compares_tokens(load.mode)) {
         entry["matches_plain"] = load.matches_plain;
       }
       if (load.derived_cap >= 0) entry["derived_cap"] = load.derived_cap;

@@ -59,6 +59,7 @@ struct ArmResult {
 // stepped together, one batched target forward a step (decode_together, speculative/verify.h).
 struct LoadRun {
   std::string arm;
+  DecodeMode mode = DecodeMode::baseline;  // the arm's
   int sequences = 0;
   std::vector<double> tok_s;    // aggregate generated tokens over wall time, per trial
   std::vector<double> speedup;  // over the baseline arm at the same load, per trial
@@ -93,6 +94,7 @@ struct BenchmarkReport {
   std::string os;
   std::string target;
   std::string drafter;
+  int drafter_bits = 0;  // the drafter's quantisation at load (0 = as stored)
   int threads = 0;
   int trials = 0;
   int64_t max_new_tokens = 0;
@@ -117,7 +119,9 @@ struct BenchmarkReport {
   std::string decoding() const;
   // Whether an arm's tokens must equal plain decoding's: greedy ones, and plain decoding's own
   // (seeded) under load.
-  bool compares_tokens(bool plain_arm) const { return temperature <= 0.0f || plain_arm; }
+  bool compares_tokens(DecodeMode arm_mode) const {
+    return temperature <= 0.0f || arm_mode == DecodeMode::baseline;
+  }
   // The costs that price `mode`'s rounds: its drafter's calibration, else the target's.
   const Calibration& calibration_for(DecodeMode mode) const;
 };

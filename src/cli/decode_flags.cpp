@@ -33,6 +33,25 @@ CLI::Validator finite_range(double min, double max) {
       fmt::format("FINITE in [{} - {}]", min, max));
 }
 
+CLI::Validator drafter_bits() {
+  return CLI::Validator(
+      [](std::string& input) -> std::string {
+        int value = -1;
+        size_t used = 0;
+        try {
+          value = std::stoi(input, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != input.size() || value < 0 || value == 7 || value > 8) {
+          return fmt::format("{} is not 0 (as stored) or a quantization width (2-6 or 8 bits)",
+                             input);
+        }
+        return "";
+      },
+      "0 or 2-6, 8");
+}
+
 CLI::Validator thread_count() {
   return CLI::Validator(
       [](std::string& input) -> std::string {
@@ -89,7 +108,7 @@ void add_decode_flags(CLI::App& command, DecodeFlags& flags) {
   command
       .add_option("--drafter-bits", flags.drafter_bits,
                   "Quantise the drafter to this many bits at load (0 = as stored)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(drafter_bits())
       ->capture_default_str();
   command
       .add_option("--confidence-threshold", flags.confidence_threshold,

@@ -37,6 +37,10 @@ void add_decode_flags(CLI::App& command, DecodeFlags& flags);
 // is false, so a range check alone lets it through).
 CLI::Validator finite_range(double min, double max);
 
+// A --drafter-bits width: 0 (as stored) or an MLX affine width (2, 3, 4, 5, 6, 8; 1 is taken as
+// 2, as the reference clamps it).
+CLI::Validator drafter_bits();
+
 // A --threads count: 0 (all CPUs) up to 4x the CPUs this process may use.
 CLI::Validator thread_count();
 

@@ -349,16 +349,18 @@ float log_normaliser(const float* logits, int64_t vocab, float peak) {
 
 }  // namespace
 
-float logprob_of(const float* logits, int64_t vocab, int32_t id) {
-  const float peak = peak_logit(logits, vocab);
-  return logits[id] - peak - log_normaliser(logits, vocab, peak);
-}
+LogSoftmax::LogSoftmax(const float* logits, int64_t vocab)
+    : logits_(logits),
+      vocab_(vocab),
+      peak_(peak_logit(logits, vocab)),
+      log_total_(log_normaliser(logits, vocab, peak_)) {}
 
-std::vector<TokenLogprob> top_logprobs(const float* logits, int64_t vocab, int count) {
+std::vector<TokenLogprob> LogSoftmax::top(int count) const {
+  const float* logits = logits_;
+  const int64_t vocab = vocab_;
+  const float peak = peak_;
   count = static_cast<int>(std::min<int64_t>(count, vocab));
   if (count <= 0) return {};
-  const float peak = peak_logit(logits, vocab);
-  const float log_total = log_normaliser(logits, vocab, peak);
   // The candidates: logits within 1, 2, 4, ... of the peak, until there are `count` of them (NaN
   // is never one), then every logit that is not NaN.
   float floor = -std::numeric_limits<float>::infinity();
@@ -377,7 +379,7 @@ std::vector<TokenLogprob> top_logprobs(const float* logits, int64_t vocab, int c
   std::partial_sort(order.begin(), order.begin() + kept, order.end(), higher);
   std::vector<TokenLogprob> result(kept);
   for (int i = 0; i < kept; ++i) {
-    result[i] = {order[i], logits[order[i]] - peak - log_total};
+    result[i] = {order[i], of(order[i])};
   }
   return result;
 }

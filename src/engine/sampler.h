@@ -82,13 +82,26 @@ TokenDistribution target_distribution(const SamplingParams& params, const float*
 void target_distribution(const SamplingParams& params, const float* logits, int64_t vocab,
                          TokenDistribution& distribution);
 
-// log-softmax of the logits at `id`, and the `count` most likely tokens with their log-probs.
 struct TokenLogprob {
   int32_t id = 0;
   float logprob = 0.0f;
 };
-float logprob_of(const float* logits, int64_t vocab, int32_t id);
-std::vector<TokenLogprob> top_logprobs(const float* logits, int64_t vocab, int count);
+// The log-softmax of one row of logits: its peak and normaliser are found once (a pass over the
+// vocabulary each), then read for the chosen token and for the most likely ones. The logits must
+// outlive it.
+class LogSoftmax {
+ public:
+  LogSoftmax(const float* logits, int64_t vocab);
+  float of(int32_t id) const { return logits_[id] - peak_ - log_total_; }
+  // The `count` most likely tokens (ties to the lower id) with their log-probs.
+  std::vector<TokenLogprob> top(int count) const;
+
+ private:
+  const float* logits_;
+  int64_t vocab_;
+  float peak_;
+  float log_total_;
+};
 
 // A seeded source of uniform draws; one per generation.
 class Rng {

@@ -75,19 +75,21 @@ void add_message(ChatRequest& request, const Json& message) {
         check_field_size(block["input"], "tool_use.input", kMaxToolArgumentsBytes);
       OrderedJson input =
           block.contains("input") ? OrderedJson(block["input"]) : OrderedJson::object();
-      calls.push_back({{"id", block.value("id", "")},
+      calls.push_back({{"id", json_string(block.value("id", Json("")), "tool_use.id")},
                        {"type", "function"},
                        {"function",
                         {{"name", json_string(block.value("name", Json()), "tool_use.name")},
                          {"arguments", input}}}});
     } else if (type == "tool_result") {
       std::string result = blocks_text(block.value("content", Json("")));
-      if (block.value("is_error", false)) result = "Error: " + result;
+      if (json_bool(block.value("is_error", Json(false)), "tool_result.is_error"))
+        result = "Error: " + result;
       tool_results.push_back({{"role", "tool"},
-                              {"tool_call_id", block.value("tool_use_id", "")},
+                              {"tool_call_id", json_string(block.value("tool_use_id", Json("")),
+                                                           "tool_result.tool_use_id")},
                               {"content", result}});
     } else if (type == "thinking") {
-      reasoning += block.value("thinking", "");
+      reasoning += json_string(block.value("thinking", Json("")), "thinking");
     }
     // document, redacted_thinking, server_tool_use, web_search_tool_result, ...: dropped.
   }

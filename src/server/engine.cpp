@@ -105,6 +105,7 @@ PreparedPrompt Engine::prepare(const ChatRequest& request) const {
   if (request.raw_prompt) {
     prepared.text = *request.raw_prompt;
     prepared.ids = tokenizer.encode(prepared.text, /*add_special_tokens=*/true);
+    prepared.parser.verbatim = true;
   } else {
     if (!template_) throw ApiError(400, "this model has no chat template; use /v1/completions");
     ChatTemplateInputs inputs;

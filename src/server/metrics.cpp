@@ -61,9 +61,23 @@ Metrics::Metrics()
       e2e_(kLatencyBounds),
       accept_per_round_(kAcceptBounds) {}
 
+std::string endpoint_label(std::string_view path) {
+  while (path.size() > 1 && path.back() == '/') path.remove_suffix(1);
+  if (path.starts_with("/v1/")) path.remove_prefix(3);
+  for (std::string_view api : {"/chat/completions", "/completions", "/messages",
+                               "/messages/count_tokens", "/responses", "/models"}) {
+    if (path == api) return "/v1" + std::string(api);
+  }
+  for (std::string_view route : {"/", "/health", "/metrics", "/tokenize", "/detokenize",
+                                 "/apply-template", "/props", "/slots"}) {
+    if (path == route) return std::string(route);
+  }
+  return "other";
+}
+
 void Metrics::record(const RequestRecord& r) {
   std::lock_guard lock(mutex_);
-  ++requests_[{r.endpoint, r.status}];
+  ++requests_[{endpoint_label(r.endpoint), r.status}];
   if (!r.finish.empty()) ++finishes_[r.finish];
   prompt_tokens_ += r.prompt_tokens;
   cached_tokens_ += r.cached_tokens;

@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "speculative/verify.h"
@@ -28,9 +29,14 @@ class Histogram {
   int64_t count_ = 0;
 };
 
+// The endpoint label of a request path: the route it names ("/v1/chat/completions" for
+// "/chat/completions/" too), or "other" for every path no route serves, so that a client can
+// neither add series at will nor write into the exposition text.
+std::string endpoint_label(std::string_view path);
+
 struct RequestRecord {
-  std::string endpoint;
-  int slot = -1;  // the slot that generated it; -1 when none did
+  std::string endpoint;  // the request path
+  int slot = -1;         // the slot that generated it; -1 when none did
   int status = 200;
   std::string finish;  // "" when the request never generated
   int64_t prompt_tokens = 0;

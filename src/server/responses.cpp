@@ -240,7 +240,9 @@ ChatRequest parse(const Json& body) {
   if (body.contains("stream") && !body["stream"].is_null())
     request.stream = json_bool(body["stream"], "stream");
   if (body.contains("reasoning") && body["reasoning"].is_object()) {
-    const std::string effort = body["reasoning"].value("effort", "");
+    const Json& requested = body["reasoning"].value("effort", Json());
+    const std::string effort =
+        requested.is_null() ? "" : json_string(requested, "reasoning.effort");
     if (effort == "none")
       request.enable_thinking = false;
     else if (!effort.empty())

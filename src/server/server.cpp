@@ -9,11 +9,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <thread>
 
 #include "base/error.h"
@@ -669,6 +671,41 @@ struct Server::Impl {
         false);
   }
 
+  // What is wrong with the declared body length, if anything: one decimal Content-Length
+  // (repeats must agree) no larger than --max-body-mb. Checked before the body is read, so an
+  // absurd length is refused at once instead of read and discarded until the read timeout.
+  std::optional<ApiError> body_length_problem(const httplib::Request& req) const {
+    const size_t count = req.get_header_value_count("Content-Length");
+    if (count == 0) return std::nullopt;
+    const std::string value = req.get_header_value("Content-Length");
+    for (size_t i = 1; i < count; ++i) {
+      if (req.get_header_value("Content-Length", i) != value) {
+        return ApiError(400, "the request has conflicting Content-Length headers");
+      }
+    }
+    const bool digits =
+        !value.empty() && value.size() <= 19 &&
+        std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (!digits)
+      return ApiError(400, fmt::format("Content-Length '{}' is not a byte count", value));
+    if (std::stoull(value) > owner.options_.max_body_bytes) {
+      return ApiError(413, fmt::format("the request body ({} bytes) is larger than the {}-byte "
+                                       "limit (--max-body-mb)",
+                                       value, owner.options_.max_body_bytes));
+    }
+    return std::nullopt;
+  }
+
+  // Refuses a request whose body length is wrong, closing the connection (its body, if sent,
+  // is not read); Unhandled when the length is fine.
+  httplib::Server::HandlerResponse refuse_body_length(const httplib::Request& req,
+                                                      httplib::Response& res) {
+    const std::optional<ApiError> problem = body_length_problem(req);
+    if (!problem) return httplib::Server::HandlerResponse::Unhandled;
+    res.set_header("Connection", "close");
+    return refuse(req, res, *problem);
+  }
+
   // Answers `error` from the pre-routing stage and logs it.
   httplib::Server::HandlerResponse refuse(const httplib::Request& req, httplib::Response& res,
                                           const ApiError& error) {
@@ -681,6 +718,12 @@ struct Server::Impl {
   // (CORS), a declared body length, then the API key. Unhandled = go on to the route.
   httplib::Server::HandlerResponse pre_route(const httplib::Request& req, httplib::Response& res) {
     using Handler = httplib::Server::HandlerResponse;
+    if (req.method != "GET" && req.method != "HEAD") {
+      // A Range header means something for GET only (RFC 9110 §14.2); httplib would answer a
+      // POST with a slice of its JSON under 206. The request is httplib's own, not a const
+      // object: only the handler's view of it is const.
+      const_cast<httplib::Request&>(req).ranges.clear();
+    }
     const std::string bad_part = invalid_utf8_part(req);
     if (!bad_part.empty()) {
       return refuse(req, res, ApiError(400, fmt::format("{} is not valid UTF-8", bad_part)));
@@ -712,6 +755,7 @@ struct Server::Impl {
       res.status = 204;
       return Handler::Handled;
     }
+    if (refuse_body_length(req, res) == Handler::Handled) return Handler::Handled;
     if (req.method == "POST" && !req.has_header("Content-Length")) {
       std::string encoding = req.get_header_value("Transfer-Encoding");
       for (auto& c : encoding) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -734,6 +778,14 @@ struct Server::Impl {
 
   void setup() {
     http.set_payload_max_length(owner.options_.max_body_bytes);
+    // A body the pre-routing checks would refuse is not invited: httplib answers 100 Continue
+    // before routing, so the client would send it all first.
+    http.set_expect_100_continue_handler(
+        [this](const httplib::Request& req, httplib::Response& res) {
+          if (refuse_body_length(req, res) == httplib::Server::HandlerResponse::Unhandled)
+            return 100;
+          return res.status;  // httplib sends this response instead, and no body is read
+        });
     http.set_read_timeout(60, 0);
     http.set_write_timeout(600, 0);
     http.set_keep_alive_timeout(2);

@@ -21,7 +21,7 @@ namespace dspark {
 namespace {
 
 // 2: verify rows are distinct tokens.
-constexpr int kSchemaVersion = 2;
+constexpr int kSchemaVersion = 3;
 // The synthetic prompt: one token id repeated (§16.1).
 constexpr int32_t kSyntheticToken = 7;
 // Verify rows step through the vocabulary by this prime: a MoE verify streams the union of the
@@ -159,10 +159,11 @@ CostCurves measure(const Model& target, const DrafterFactory& make_drafter,
   // drafter's context is random rows (§16.1), so no prefill is spent on it.
   const std::vector<int32_t> prompt(options.context, kSyntheticToken);
   m.inflate_to(options.context);
+  std::vector<float> taps;
   if (drafter) {
     std::mt19937 engine(7);
     std::normal_distribution<float> normal(0.0f, 1.0f);
-    std::vector<float> taps(options.context * m.taps.size() * target.hidden_size());
+    taps.resize(options.context * m.taps.size() * target.hidden_size());
     for (float& value : taps) value = normal(engine);
     drafter->on_target_rows(prompt.data(), options.context, taps.data());
   }
@@ -235,6 +236,26 @@ CostCurves measure(const Model& target, const DrafterFactory& make_drafter,
       curves.slope_widths.push_back(widths[i]);
       curves.slope_ms_per_token.push_back(
           std::max(0.0, (deep_ms[i] - curves.verify(widths[i])) / double(deep - options.context)));
+    }
+    // The drafter at the same depth: its context grown to the target's with the random rows it
+    // was first given (a block's attention costs the same over any rows), then a draft of the
+    // widest cap timed.
+    if (drafter) {
+      const int64_t prompt_rows = options.context;
+      while (static_cast<int64_t>(committed.size()) - 1 < deep) {
+        const int64_t rows =
+            std::min(prompt_rows, deep - (static_cast<int64_t>(committed.size()) - 1));
+        drafter->on_target_rows(prompt.data(), rows, taps.data());
+        committed.insert(committed.end(), rows, kSyntheticToken);
+      }
+      const std::vector<double> deep_draft =
+          interleaved_ms(Repeats{options.deep_warmups, options.deep_iterations}, {[&] {
+                           return seconds_of([&] {
+                             drafter->propose(DraftRequest{committed, max_cap, greedy, rng});
+                           });
+                         }});
+      curves.drafter_slope_ms_per_token =
+          std::max(0.0, (deep_draft[0] - curves.drafter(max_cap)) / double(deep - options.context));
     }
   }
   return curves;
@@ -311,8 +332,12 @@ std::string calibration_key(const Model& target, const CalibrationOptions& optio
       kForwardFingerprint, cpu_features().model_name, kernels::isa_name(kernels::best_isa()),
       kernels::numerics_name(kernels::numerics()), kernels::kv_type_name(kernels::kv_cache_type()),
       default_pool().num_threads(), options.mode, options.target_name,
-      options.drafter_name.empty() ? "-" : options.drafter_name, quant,
-      target.decode_weight_bytes(), options.context, options.max_width);
+      options.drafter_name.empty()
+          ? "-"
+          : fmt::format(
+                "{}@{}", options.drafter_name,
+                options.drafter_bits > 0 ? fmt::format("q{}", options.drafter_bits) : "stored"),
+      quant, target.decode_weight_bytes(), options.context, options.max_width);
 }
 
 Calibration calibrate(const Model& target, const DrafterFactory& drafter,
@@ -393,6 +418,7 @@ nlohmann::json cost_curves_json(const CostCurves& curves) {
     slope[std::to_string(curves.slope_widths[i])] = curves.slope_ms_per_token[i];
   }
   out["verify_depth"] = {{"d0", curves.reference_context}, {"slope", slope}};
+  if (!curves.drafter_ms.empty()) out["drafter_depth"] = curves.drafter_slope_ms_per_token;
   return out;
 }
 
@@ -427,6 +453,10 @@ CostCurves cost_curves_from_json(const nlohmann::json& json, const std::string& 
   for (const auto& [width, slope] : slopes) {
     curves.slope_widths.push_back(width);
     curves.slope_ms_per_token.push_back(slope);
+  }
+  if (json.contains("drafter_depth")) {
+    if (!json["drafter_depth"].is_number()) fail("{}: 'drafter_depth' must be a number", source);
+    curves.drafter_slope_ms_per_token = json["drafter_depth"].get<double>();
   }
   curves.fit();
   return curves;

@@ -25,6 +25,7 @@ struct CalibrationOptions {
   std::string mode = "lookup";  // the decoding mode the costs are for (part of the key)
   std::string target_name;      // model directory basename (part of the key)
   std::string drafter_name;     // drafter basename, "" for none
+  int drafter_bits = 0;         // the drafter's quantisation at load (0 = as stored)
   int max_width = 8;            // verify widths 1..max_width (DSpark: block_size + 1)
   int64_t context = 512;
   // The second depth of the slope. The reference uses 16384; on the CPU a verify at that depth

@@ -81,12 +81,31 @@ double CostCurves::drafter(int cap) const {
   return std::max(0.0, interpolate(drafter_ms, cap));
 }
 
+double CostCurves::drafter(int cap, int64_t context) const {
+  const double at_reference = drafter(cap);
+  if (at_reference <= 0.0) return at_reference;
+  // Like the verify's depth term, shallower contexts take off at most half.
+  const double term =
+      std::max(0.0, drafter_slope_ms_per_token) * static_cast<double>(context - reference_context);
+  return at_reference + std::max(term, -0.5 * at_reference);
+}
+
 double CostCurves::depth(int width, int64_t context) const {
   if (slope_widths.empty()) return 0.0;
-  // Slopes between the measured widths are interpolated; outside them the nearest one holds.
+  // Slopes between the measured widths are interpolated. Below the narrowest the narrowest holds;
+  // beyond the widest they rise along the last segment, since every row attends over the whole
+  // context (verify_bench, default model, 512 -> 2,048 tokens: 0.0013 ms a token at width 1,
+  // 0.0064 at 8 and 0.0125 at 16, where 8's slope alone priced a 17-row lookup verify at 3,000
+  // tokens of context at half its cost).
   double slope = slope_ms_per_token.front();
   if (width >= slope_widths.back()) {
     slope = slope_ms_per_token.back();
+    const size_t last = slope_widths.size() - 1;
+    if (last > 0 && width > slope_widths[last]) {
+      const double per_width = (slope_ms_per_token[last] - slope_ms_per_token[last - 1]) /
+                               double(slope_widths[last] - slope_widths[last - 1]);
+      slope += std::max(0.0, per_width) * double(width - slope_widths[last]);
+    }
   } else {
     for (size_t i = 1; i < slope_widths.size(); ++i) {
       if (width <= slope_widths[i]) {
@@ -107,13 +126,13 @@ double CostCurves::depth(int width, int64_t context) const {
 double CostCurves::batch_round_ms(int cap, int64_t context, int sequences) const {
   const double b = std::max(sequences, 1);
   if (cap <= 0) return verify(sequences) + b * depth(1, context);
-  return b * drafter(cap) + verify(sequences * (cap + 1)) + b * depth(cap + 1, context) +
+  return b * drafter(cap, context) + verify(sequences * (cap + 1)) + b * depth(cap + 1, context) +
          overhead_ms;
 }
 
 double CostCurves::round_ms(int cap, int64_t context) const {
   if (cap <= 0) return verify(1) + depth(1, context);
-  return drafter(cap) + verify(cap + 1) + depth(cap + 1, context) + overhead_ms;
+  return drafter(cap, context) + verify(cap + 1) + depth(cap + 1, context) + overhead_ms;
 }
 
 double expected_committed(double p, int cap) {
@@ -309,7 +328,7 @@ void AutoCapController::on_round(const RoundOutcome& round) {
     timing.tokens_per_round += rate * (committed - timing.tokens_per_round);
     // What the curves say this round cost: all its drafting, the rows it verified.
     const int rows = round.verified + 1;
-    const double modelled = curves_.drafter(cap_used) + curves_.verify(rows) +
+    const double modelled = curves_.drafter(cap_used, context_) + curves_.verify(rows) +
                             curves_.depth(rows, context_) + curves_.overhead_ms;
     timing.modelled_ms_per_round += rate * (modelled - timing.modelled_ms_per_round);
     timing.last_round = round_;

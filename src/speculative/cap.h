@@ -23,13 +23,18 @@ struct CostCurves {
   // widths.
   std::vector<int> slope_widths;
   std::vector<double> slope_ms_per_token;
+  // Drafting milliseconds per context token away from reference_context: a DSpark or DFlash
+  // block attends over the drafter's whole context, whatever the cap.
+  double drafter_slope_ms_per_token = 0.0;
 
   bool empty() const { return verify_ms.empty(); }
   // Replaces the verify and drafter series by their non-decreasing least-squares fits: more rows
   // or drafts never cost less, and a sub-millisecond measurement's noise otherwise moves the cap.
   void fit();
   double verify(int width) const;
+  // Drafting `cap` tokens at the reference context, and at `context` (0 for cap 0).
   double drafter(int cap) const;
+  double drafter(int cap, int64_t context) const;
   double depth(int width, int64_t context) const;
   // Milliseconds of a round offering `cap` drafts at `context` (cap 0: a plain step).
   double round_ms(int cap, int64_t context) const;

@@ -43,7 +43,10 @@ DraftAllocation allocate_drafts(const CostCurves& curves,
     const Pair& pair = pairs[n];
     const DraftCandidate& candidate = candidates[pair.candidate];
     int& cap = caps[pair.candidate];
-    if (!candidate.drafted) side_ms += curves.drafter(cap + 1) - curves.drafter(cap);
+    if (!candidate.drafted) {
+      side_ms +=
+          curves.drafter(cap + 1, candidate.context) - curves.drafter(cap, candidate.context);
+    }
     side_ms += curves.depth(cap + 2, candidate.context) - curves.depth(cap + 1, candidate.context);
     ++cap;
     committed += pair.survival;

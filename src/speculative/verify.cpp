@@ -170,9 +170,11 @@ void SequenceDecoder::commit(int32_t id, const float* raw_logits, bool forced) {
   const SamplingParams& sampling = config_.sampling;
   CommittedToken token;
   token.id = id;
-  if (config_.logprobs) token.logprob = logprob_of(raw_logits, vocab_, id);
-  if (sampling.top_logprobs > 0)
-    token.alternatives = top_logprobs(raw_logits, vocab_, sampling.top_logprobs);
+  if (config_.logprobs || sampling.top_logprobs > 0) {
+    const LogSoftmax log_softmax(raw_logits, vocab_);
+    if (config_.logprobs) token.logprob = log_softmax.of(id);
+    if (sampling.top_logprobs > 0) token.alternatives = log_softmax.top(sampling.top_logprobs);
+  }
   counts_.add(id);
   committed_.push_back(id);
   result_.tokens.push_back(id);

@@ -298,11 +298,24 @@ void ToolCallParser::feed(std::string_view content, std::vector<OutputEvent>& ev
 
 void ToolCallParser::finish(std::vector<OutputEvent>& events) {
   process(true, events);
+  // A reply that ends in content keeps its last whitespace (the text before a stop string, or a
+  // reply cut at max_tokens, is what the model wrote); after a tool call it goes.
+  if (content_started_ && !call_since_content_ && !pending_whitespace_.empty()) {
+    append_content(std::move(pending_whitespace_), events);
+  }
   pending_whitespace_.clear();
 }
 
-// Content loses leading and trailing whitespace: a whitespace run is emitted only once more
-// content follows it, and a tool call drops the run before it.
+void ToolCallParser::append_content(std::string piece, std::vector<OutputEvent>& events) {
+  if (!events.empty() && events.back().kind == OutputEvent::Kind::kContent) {
+    events.back().text += piece;
+  } else {
+    events.push_back(OutputEvent{OutputEvent::Kind::kContent, std::move(piece), 0});
+  }
+}
+
+// Content loses its leading whitespace, and a tool call the whitespace run before it: a
+// whitespace run is held until more content follows it (or the reply ends in it).
 void ToolCallParser::emit_content(std::string_view text, std::vector<OutputEvent>& events) {
   size_t last = text.size();
   while (last > 0 && is_space(text[last - 1])) --last;
@@ -320,11 +333,8 @@ void ToolCallParser::emit_content(std::string_view text, std::vector<OutputEvent
   piece += head;
   pending_whitespace_ = text.substr(last);
   content_started_ = true;
-  if (!events.empty() && events.back().kind == OutputEvent::Kind::kContent) {
-    events.back().text += piece;
-  } else {
-    events.push_back(OutputEvent{OutputEvent::Kind::kContent, std::move(piece), 0});
-  }
+  call_since_content_ = false;
+  append_content(std::move(piece), events);
 }
 
 std::optional<std::vector<ToolCall>> ToolCallParser::parse_block(std::string_view block) const {
@@ -394,6 +404,7 @@ bool ToolCallParser::emit_calls(std::string_view block, bool whole_reply,
   const auto calls = whole_reply ? parse_llama_reply(block) : parse_block(block);
   if (!calls) return false;
   pending_whitespace_.clear();
+  call_since_content_ = true;
   for (const ToolCall& call : *calls) {
     const size_t index = next_index_++;
     events.push_back(OutputEvent{OutputEvent::Kind::kToolCallStart, call.name, index});
@@ -479,7 +490,8 @@ ChatOutputParser::Config ChatOutputParser::configure(std::string_view template_s
   return config;
 }
 
-ChatOutputParser::ChatOutputParser(Config config) : tools_(config.format, std::move(config.tools)) {
+ChatOutputParser::ChatOutputParser(Config config)
+    : verbatim_(config.verbatim), tools_(config.format, std::move(config.tools)) {
   if (config.reasoning)
     reasoning_.emplace(std::move(*config.reasoning), config.starts_in_reasoning);
 }
@@ -499,7 +511,9 @@ std::vector<OutputEvent> ChatOutputParser::feed(std::string_view text) {
   incomplete_utf8_ = data.substr(complete);
   data.resize(complete);
   std::vector<OutputEvent> events;
-  if (reasoning_) {
+  if (verbatim_) {
+    if (!data.empty()) events.push_back(OutputEvent{OutputEvent::Kind::kContent, data, 0});
+  } else if (reasoning_) {
     ReasoningParser::Output split;
     reasoning_->feed(data, split);
     route(split, events);
@@ -513,6 +527,10 @@ std::vector<OutputEvent> ChatOutputParser::finish() {
   std::vector<OutputEvent> events;
   const std::string rest = std::move(incomplete_utf8_);
   incomplete_utf8_.clear();
+  if (verbatim_) {
+    if (!rest.empty()) events.push_back(OutputEvent{OutputEvent::Kind::kContent, rest, 0});
+    return events;
+  }
   if (reasoning_) {
     ReasoningParser::Output split;
     reasoning_->feed(rest, split);

@@ -73,6 +73,7 @@ class ToolCallParser {
   enum class Mode { kStart, kText, kInCall, kWholeReply };
   void process(bool final, std::vector<OutputEvent>& events);
   void emit_content(std::string_view text, std::vector<OutputEvent>& events);
+  static void append_content(std::string piece, std::vector<OutputEvent>& events);
   bool emit_calls(std::string_view block, bool whole_reply, std::vector<OutputEvent>& events);
   std::optional<std::vector<ToolCall>> parse_block(std::string_view block) const;
 
@@ -83,6 +84,7 @@ class ToolCallParser {
   Mode mode_;
   std::string buffer_;
   bool content_started_ = false;
+  bool call_since_content_ = false;  // a tool call was emitted after the last content
   std::string pending_whitespace_;
   size_t next_index_ = 0;
 };
@@ -94,6 +96,8 @@ class ChatOutputParser {
     bool starts_in_reasoning = false;
     ToolCallFormat format = ToolCallFormat::kNone;
     nlohmann::ordered_json tools;  // null or empty: no tool-call parsing
+    // The text as the model wrote it, whitespace and all (a raw completion): nothing is parsed.
+    bool verbatim = false;
   };
 
   // The parser settings for a model's template and an already rendered prompt: reasoning if the
@@ -110,6 +114,7 @@ class ChatOutputParser {
  private:
   void route(ReasoningParser::Output& split, std::vector<OutputEvent>& events);
 
+  bool verbatim_;
   std::optional<ReasoningParser> reasoning_;
   ToolCallParser tools_;
   std::string incomplete_utf8_;

@@ -324,8 +324,9 @@ TEST(Sampler, LogitBiasComesBeforeThePenalties) {
 
 TEST(Sampler, Logprobs) {
   std::vector<float> logits = {0.0f, std::log(3.0f)};
-  EXPECT_NEAR(logprob_of(logits.data(), 2, 1), std::log(0.75), 1e-6);
-  auto top = top_logprobs(logits.data(), 2, 5);
+  const LogSoftmax log_softmax(logits.data(), 2);
+  EXPECT_NEAR(log_softmax.of(1), std::log(0.75), 1e-6);
+  auto top = log_softmax.top(5);
   ASSERT_EQ(top.size(), 2u);
   EXPECT_EQ(top[0].id, 1);
   EXPECT_NEAR(top[1].logprob, std::log(0.25), 1e-6);
@@ -349,8 +350,9 @@ TEST(Sampler, TopLogprobsOfALargeVocabularyAreTheLargestLogits) {
       if (!std::isnan(logits[id])) order.push_back(id);
     }
     std::sort(order.begin(), order.end(), heavier_first(logits));
+    const LogSoftmax log_softmax(logits.data(), vocab);
     for (int count : {1, 5, 20}) {
-      const std::vector<TokenLogprob> top = top_logprobs(logits.data(), vocab, count);
+      const std::vector<TokenLogprob> top = log_softmax.top(count);
       ASSERT_EQ(top.size(), static_cast<size_t>(count));
       for (int i = 0; i < count; ++i) {
         EXPECT_EQ(top[i].id, order[i]) << "spread " << spread << " rank " << i;
@@ -359,7 +361,7 @@ TEST(Sampler, TopLogprobsOfALargeVocabularyAreTheLargestLogits) {
       }
     }
     const int32_t last = order.back();
-    EXPECT_NEAR(logprob_of(logits.data(), vocab, last), logits[last] - peak - std::log(total),
+    EXPECT_NEAR(log_softmax.of(last), logits[last] - peak - std::log(total),
                 1e-4 * (peak - logits[last] + 1.0));
   }
 }

@@ -106,6 +106,7 @@ def test_json_aggregates_follow_the_trials(benchmark_run):
         assert auto["cap"] == 0
     assert result["skipped"] == []
     assert result["drafter"].endswith("nemotron-h-tiny-DSpark")
+    assert result["drafter_bits"] == 4
     for run in result["runs"]:
         assert len(run["prompts"]) == 6
         suite_speedups = []

@@ -33,6 +33,22 @@ def test_bad_sampling_flags_are_refused(flags, message):
     assert "terminate" not in result.stderr and "Aborted" not in result.stderr
 
 
+@pytest.mark.parametrize("command", ["generate", "benchmark"])
+@pytest.mark.parametrize("bits", ["-1", "7", "16", "four", "4.5"])
+def test_drafter_widths_outside_the_quantizer_are_refused(command, bits):
+    result = subprocess.run([str(BUILD_DIR / "dspark"), command, "--model", "/nonexistent-model",
+                             "--drafter-bits", bits], capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert f"--drafter-bits: {bits} is not 0 (as stored) or a quantization width (2-6 or 8 bits)" \
+        in result.stderr, result.stderr
+
+
+def test_lookup_drafts_on_and_off_together_are_refused():
+    result = run_generate("--lookup-drafts", "--no-lookup-drafts")
+    assert result.returncode != 0
+    assert "--lookup-drafts excludes --no-lookup-drafts" in result.stderr, result.stderr
+
+
 def test_absurd_thread_counts_are_refused():
     result = run_generate("--threads", "100000")
     assert result.returncode != 0

@@ -404,6 +404,64 @@ def test_post_without_content_length_is_a_prompt_411(server):
     server.assert_alive()
 
 
+@pytest.mark.parametrize("length, expect, status, words", [
+    (b"1000000000000", b"", b"413 Payload Too Large", "larger than the 8388608-byte limit"),
+    (b"18446744073709551616", b"", b"400 Bad Request", "is not a byte count"),
+    (b"100000000", b"Expect: 100-continue\r\n", b"413 Payload Too Large", "--max-body-mb"),
+    (b"abc", b"", b"400 Bad Request", "Content-Length 'abc' is not a byte count"),
+    (b"0x10", b"", b"400 Bad Request", "Content-Length '0x10' is not a byte count"),
+    (b"5\r\nContent-Length: 7", b"", b"400 Bad Request", "conflicting Content-Length"),
+])
+def test_a_wrong_body_length_is_refused_before_any_body(server, length, expect, status, words):
+    """Refused from the headers alone, at once: not read and discarded until the read timeout,
+    and never invited with 100 Continue."""
+    start = time.time()
+    reply = server.raw(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: "
+                       + length + b"\r\n" + expect + b"Content-Type: application/json\r\n\r\n",
+                       timeout=30)
+    assert time.time() - start < 1 + SCHEDULING_SLACK
+    assert status_line(reply) == b"HTTP/1.1 " + status, reply
+    assert b"100 Continue" not in reply
+    assert words in openai_error(reply_body(reply))
+    server.assert_alive()
+
+
+def test_a_range_header_on_a_post_is_ignored(server):
+    status, headers, body = server.request(
+        "POST", "/v1/chat/completions", {"messages": QUESTION, "max_tokens": 4, "temperature": 0},
+        headers={"Range": "bytes=0-5"})
+    assert status == 200 and "Content-Range" not in headers
+    assert body["choices"][0]["finish_reason"] in ("stop", "length")
+
+
+def test_refused_paths_never_reach_the_metrics_text(server):
+    for path in (b"/x%0Ainjected_metric%201%0A%23", b"/a%22b%5C"):
+        reply = server.raw(b"POST " + path + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert status_line(reply) == b"HTTP/1.1 411 Length Required"
+    status, _, text = server.request("GET", "/metrics")
+    text = text.decode() if isinstance(text, bytes) else text
+    assert status == 200 and "injected_metric" not in text and '\\"' not in text
+    assert 'dspark_requests_total{endpoint="other",status="411"}' in text
+
+
+@pytest.mark.parametrize("route, body, field", [
+    ("/v1/messages", {"model": "c", "max_tokens": 4, "messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": [{"type": "thinking", "thinking": 5}]},
+        {"role": "user", "content": "again"}]}, "thinking"),
+    ("/v1/messages", {"model": "c", "max_tokens": 4, "messages": [
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": 7, "content": "x"}]}]},
+     "tool_result.tool_use_id"),
+    ("/v1/responses", {"model": "m", "input": "hi", "reasoning": {"effort": 5}},
+     "reasoning.effort"),
+])
+def test_a_wrongly_typed_block_field_is_400_naming_it(server, route, body, field):
+    status, _, reply = server.request("POST", route, body)
+    assert status == 400, reply
+    message = reply["error"]["message"]
+    assert f"'{field}' must be" in message and "json.exception" not in message
+
+
 @pytest.mark.parametrize("connection", [b"", b"Connection: Keep-Alive\r\n"])
 def test_http10_stream_is_close_delimited_not_chunked(server, connection):
     body = json.dumps({"messages": QUESTION, "max_tokens": 6, "temperature": 0,

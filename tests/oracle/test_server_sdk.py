@@ -128,10 +128,24 @@ def test_stop_sequences(server):
     stop = text.split()[2]
     cut = oa(server).chat.completions.create(model="m", messages=QUESTION, max_tokens=24,
                                              temperature=0, stop=[stop])
-    assert cut.choices[0].message.content == text[: text.index(stop)].strip()
+    # Leading whitespace goes, but the text before the stop string is kept as written.
+    assert cut.choices[0].message.content == text[: text.index(stop)].lstrip()
     msg = an(server).messages.create(model="c", max_tokens=24, messages=QUESTION,
                                      extra_body={"temperature": 0}, stop_sequences=[stop])
     assert msg.stop_reason == "stop_sequence" and msg.stop_sequence == stop
+
+
+def test_completion_text_is_what_the_model_wrote(server):
+    """A raw completion keeps its leading space and its markup: the prompt and the text join up,
+    and the token offsets index the text."""
+    result = oa(server).completions.create(model="m", prompt="Once upon", max_tokens=8,
+                                           temperature=0, logprobs=1)
+    choice = result.choices[0]
+    tokens = choice.logprobs.tokens
+    assert choice.text == "".join(tokens)
+    assert choice.text.startswith(" ")
+    for offset, token in zip(choice.logprobs.text_offset, tokens):
+        assert choice.text[offset - choice.logprobs.text_offset[0]:].startswith(token)
 
 
 def test_typed_errors(server):

@@ -274,6 +274,26 @@ TEST(Metrics, RendersPrometheusHistograms) {
   EXPECT_EQ(text.find("dspark_slot_requests_total{"), std::string::npos) << "no slot ran it";
 }
 
+// A refused request's path (any bytes, a newline among them) never reaches the exposition text.
+TEST(Metrics, UnroutedPathsShareOneLabel) {
+  EXPECT_EQ(endpoint_label("/chat/completions/"), "/v1/chat/completions");
+  EXPECT_EQ(endpoint_label("/v1/messages/count_tokens"), "/v1/messages/count_tokens");
+  EXPECT_EQ(endpoint_label("/v1/health"), "/health");
+  EXPECT_EQ(endpoint_label("/"), "/");
+  Metrics metrics;
+  for (const char* path : {"/x\ninjected 1\n#", "/a\"b\\", "/v1/chat/\xff", "/v2/models"}) {
+    RequestRecord record;
+    record.endpoint = path;
+    record.status = 404;
+    metrics.record(record);
+  }
+  const std::string text = metrics.render({});
+  EXPECT_NE(text.find("dspark_requests_total{endpoint=\"other\",status=\"404\"} 4"),
+            std::string::npos);
+  EXPECT_EQ(text.find("injected"), std::string::npos);
+  EXPECT_EQ(text.find('\xff'), std::string::npos);
+}
+
 TEST(Metrics, SlotSeriesCarryTheSlotLabel) {
   Metrics metrics;
   for (int slot : {1, 1, 0}) {

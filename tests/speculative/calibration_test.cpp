@@ -55,6 +55,8 @@ TEST_F(Calibrate, MeasuresEveryCostAndCachesIt) {
   EXPECT_GE(first.curves.overhead_ms, 0.0);
   EXPECT_EQ(first.curves.slope_widths, (std::vector<int>{1, 4, 8}));
   EXPECT_EQ(first.curves.reference_context, 128);
+  // The drafter timed again with its context grown to the deep one (1,024 rows).
+  EXPECT_GE(first.curves.drafter_slope_ms_per_token, 0.0);
   EXPECT_NE(first.key.find("lookup-as-drafter"), std::string::npos);
 
   Calibration cached = first;
@@ -70,6 +72,7 @@ TEST_F(Calibrate, MeasuresEveryCostAndCachesIt) {
   EXPECT_EQ(second.curves.verify_ms, cached.curves.verify_ms);
   EXPECT_EQ(second.curves.drafter_ms, cached.curves.drafter_ms);
   EXPECT_EQ(second.curves.slope_ms_per_token, cached.curves.slope_ms_per_token);
+  EXPECT_EQ(second.curves.drafter_slope_ms_per_token, cached.curves.drafter_slope_ms_per_token);
 
   // Another mode is another key: measured again, and both stay in the file.
   CalibrationOptions lookup_mode = options_;
@@ -82,6 +85,25 @@ TEST_F(Calibrate, MeasuresEveryCostAndCachesIt) {
   const nlohmann::json cache = nlohmann::json::parse(in);
   EXPECT_TRUE(cache.contains(first.key));
   EXPECT_TRUE(cache.contains(other.key));
+}
+
+// A drafter quantised at another width drafts at another cost: --drafter-bits keys its own curves.
+TEST_F(Calibrate, TheDrafterQuantisationIsPartOfTheKey) {
+  CalibrationOptions four_bits = options_;
+  four_bits.mode = "dspark";
+  four_bits.drafter_name = "head";
+  four_bits.drafter_bits = 4;
+  CalibrationOptions eight_bits = four_bits, as_stored = four_bits;
+  eight_bits.drafter_bits = 8;
+  as_stored.drafter_bits = 0;
+  const std::string key = calibration_key(*model_, four_bits);
+  EXPECT_NE(key.find("|head@q4|"), std::string::npos) << key;
+  EXPECT_NE(calibration_key(*model_, eight_bits), key);
+  EXPECT_NE(calibration_key(*model_, as_stored).find("|head@stored|"), std::string::npos);
+  // Without a drafter the bits mean nothing.
+  CalibrationOptions lookup = four_bits;
+  lookup.drafter_name.clear();
+  EXPECT_NE(calibration_key(*model_, lookup).find("|-|"), std::string::npos);
 }
 
 // A cache written while the machine was loaded (here: every verify 1,000 times slower than this
@@ -148,13 +170,18 @@ TEST(CostCurvesJson, RoundTripsAndRefusesDamage) {
   curves.overhead_ms = 0.25;
   curves.slope_widths = {1, 3};
   curves.slope_ms_per_token = {0.001, 0.003};
+  curves.drafter_slope_ms_per_token = 0.0005;
   const CostCurves back = cost_curves_from_json(cost_curves_json(curves), "test");
   EXPECT_EQ(back.verify_ms, curves.verify_ms);
   EXPECT_EQ(back.drafter_ms, curves.drafter_ms);
   EXPECT_EQ(back.overhead_ms, curves.overhead_ms);
   EXPECT_EQ(back.slope_widths, curves.slope_widths);
   EXPECT_EQ(back.slope_ms_per_token, curves.slope_ms_per_token);
+  EXPECT_EQ(back.drafter_slope_ms_per_token, curves.drafter_slope_ms_per_token);
 
+  nlohmann::json wrong_slope = cost_curves_json(curves);
+  wrong_slope["drafter_depth"] = "steep";
+  EXPECT_THROW(cost_curves_from_json(wrong_slope, "x"), Error);
   nlohmann::json damaged = cost_curves_json(curves);
   damaged["verify"]["7"] = 3.0;
   try {

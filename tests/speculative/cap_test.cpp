@@ -49,7 +49,8 @@ TEST(CostCurves, FitMakesTheSeriesNonDecreasingByLeastSquares) {
 }
 
 // Deeper than the reference context rows cost more, shallower less, by the slope interpolated at
-// their width; never less than half of the measured verify.
+// their width (beyond the widest, continued along the last segment, never falling); never less
+// than half of the measured verify.
 TEST(CostCurves, DepthSlopeAroundTheReferenceContext) {
   CostCurves curves = curves_of({10, 10, 10, 10, 10});
   curves.slope_widths = {1, 3, 5};
@@ -60,9 +61,26 @@ TEST(CostCurves, DepthSlopeAroundTheReferenceContext) {
   EXPECT_DOUBLE_EQ(curves.depth(1, 1512), 1.0);
   EXPECT_DOUBLE_EQ(curves.depth(2, 1512), 1.5);
   EXPECT_DOUBLE_EQ(curves.depth(4, 1512), 3.0);
-  EXPECT_DOUBLE_EQ(curves.depth(9, 1512), 4.0);
+  EXPECT_DOUBLE_EQ(curves.depth(5, 1512), 4.0);
+  EXPECT_DOUBLE_EQ(curves.depth(9, 1512), 8.0);
+  curves.slope_ms_per_token = {0.001, 0.004, 0.003};
+  EXPECT_DOUBLE_EQ(curves.depth(9, 1512), 3.0);
   curves.slope_ms_per_token = {0.1, 0.1, 0.1};
   EXPECT_DOUBLE_EQ(curves.depth(1, 0), -5.0);
+}
+
+// A drafter's block attends over its whole context: drafting costs its slope per token away from
+// the reference context, never less than half the measured cost, and nothing at cap 0.
+TEST(CostCurves, DrafterDepthAroundTheReferenceContext) {
+  CostCurves curves = curves_of({10, 10, 10}, {2, 3});
+  curves.drafter_slope_ms_per_token = 0.001;
+  EXPECT_DOUBLE_EQ(curves.drafter(1, 512), 2.0);
+  EXPECT_DOUBLE_EQ(curves.drafter(2, 3512), 6.0);
+  EXPECT_DOUBLE_EQ(curves.drafter(1, 12), 1.5);
+  EXPECT_DOUBLE_EQ(curves.drafter(0, 3512), 0.0);
+  EXPECT_DOUBLE_EQ(curves.round_ms(1, 3512), 2.0 + 3.0 + 10.0);
+  curves.drafter_slope_ms_per_token = 0.01;
+  EXPECT_DOUBLE_EQ(curves.drafter(1, 0), 1.0);
 }
 
 TEST(ExpectedCommitted, GeometricAndFromSurvival) {

@@ -168,6 +168,32 @@ TEST(ToolCallParser, XmlCallsWithTypedParametersAndSurroundingContent) {
   EXPECT_EQ(out.tool_calls[1].arguments, R"({"q":"42"})");
 }
 
+// Content loses its leading whitespace only: a reply that ends in content keeps its last
+// whitespace (the text before a stop string, a reply cut at max_tokens), a tool call drops the
+// whitespace around it.
+TEST(ToolCallParser, ContentKeepsItsLastWhitespaceUnlessACallFollows) {
+  EXPECT_EQ(parse(nemotron(false), "1. 1\n").content, "1. 1\n");
+  EXPECT_EQ(parse(nemotron(false), "  Hello, \n").content, "Hello, \n");
+  EXPECT_EQ(parse(nemotron(false, Json()), "9. 9\n").content, "9. 9\n");
+  const ParsedOutput called = parse(
+      nemotron(false), "Text \n<tool_call>\n<function=search>\n</function>\n</tool_call>\n\n");
+  EXPECT_EQ(called.content, "Text");
+  EXPECT_EQ(called.tool_calls.size(), 1u);
+}
+
+// A raw completion's text is the model's, whatever markup or whitespace it holds.
+TEST(ChatOutputParser, VerbatimKeepsEveryCharacter) {
+  ChatOutputParser::Config config = nemotron(true);
+  config.verbatim = true;
+  const std::string text =
+      " the <think>x</think>\n<tool_call>\n<function=search>\n</function>\n"
+      "</tool_call> caf\xc3\xa9 \n";
+  const ParsedOutput out = parse(config, text);
+  EXPECT_EQ(out.content, text);
+  EXPECT_EQ(out.reasoning, "");
+  EXPECT_TRUE(out.tool_calls.empty());
+}
+
 TEST(ToolCallParser, CutOffOrMalformedCallsFallBackToContent) {
   const std::string truncated = "<tool_call>\n<function=get_weather>\n<parameter=city>\nPar";
   EXPECT_EQ(parse(nemotron(false), truncated).content, truncated);

@@ -354,56 +354,77 @@ void block_attention_isa(Isa isa, const BlockAttentionSpec& spec, const float* q
   const BlockKernel attend_block = attention_kernels(isa).attend_block;
   const int64_t dim = spec.head_dim, group = spec.q_heads / spec.kv_heads;
   const int64_t stride = spec.kv_heads * dim, partial_size = group * (2 + dim);
-  // Work item (row, kv head): its key runs (the context's in key blocks, then the block's own) one
-  // after another, then merged in that order with the sink.
-  default_pool().parallel_for(rows * spec.kv_heads, 1, [&](int64_t first, int64_t last, int) {
-    thread_local std::vector<float> scores, partials;
+  // Row i sees the context keys [context_begin(i), past) and the block's rows [block_begin(i),
+  // block_end(i)), each taken in runs of up to kAttentionKeyBlock keys (the context's first).
+  struct RowRuns {
+    int64_t context_begin, block_begin, block_end, context_runs, runs;
+  };
+  std::vector<RowRuns> row_runs(static_cast<size_t>(rows));
+  int64_t max_runs = 0;
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t position = past + i;
+    const int64_t earliest = spec.window > 0 ? std::max<int64_t>(0, position - spec.window + 1) : 0;
+    RowRuns& r = row_runs[i];
+    r.context_begin = std::min(earliest, past);
+    r.block_begin = std::max<int64_t>(0, earliest - past);
+    r.block_end = spec.causal ? i + 1 : rows;
+    r.context_runs = (past - r.context_begin + kAttentionKeyBlock - 1) / kAttentionKeyBlock;
+    r.runs = r.context_runs +
+             (r.block_end - r.block_begin + kAttentionKeyBlock - 1) / kAttentionKeyBlock;
+    max_runs = std::max(max_runs, r.runs);
+  }
+  // Work item (kv head, run, row), rows innermost: a thread's rows take the same run of keys one
+  // after another while it is in its caches, where items of (row, kv head) each streamed the
+  // whole context (a 7-row draft block at 3,000 tokens of context read it 7 times). The partials
+  // are merged per (row, query head) in run order, as one row alone would merge them.
+  // Kept by the calling thread: allocated afresh, a draft block's partials (hundreds of KiB at
+  // depth) would be mapped and faulted in at every layer.
+  // (The workers reach it through `base`: a thread_local named in the lambdas would be theirs.)
+  thread_local std::vector<float> partials;
+  partials.resize(static_cast<size_t>(rows * spec.kv_heads * max_runs * partial_size));
+  float* const base = partials.data();
+  const auto partial_of = [base, &spec, max_runs, partial_size](int64_t i, int64_t kv,
+                                                                int64_t run) {
+    return base + ((i * spec.kv_heads + kv) * max_runs + run) * partial_size;
+  };
+  ThreadPool& pool = default_pool();
+  pool.parallel_for(spec.kv_heads * max_runs * rows, 1, [&](int64_t first, int64_t last, int) {
+    thread_local std::vector<float> scores;
     if (scores.size() < static_cast<size_t>(group * kAttentionKeyBlock)) {
       scores.resize(group * kAttentionKeyBlock);
     }
     for (int64_t item = first; item < last; ++item) {
-      const int64_t i = item / spec.kv_heads, kv = item % spec.kv_heads;
-      const int64_t position = past + i;
-      const int64_t earliest =
-          spec.window > 0 ? std::max<int64_t>(0, position - spec.window + 1) : 0;
-      // Visible keys: context [context_begin, past), block rows [block_begin, block_end).
-      const int64_t context_begin = std::min(earliest, past);
-      const int64_t block_begin = std::max<int64_t>(0, earliest - past);
-      const int64_t block_end = spec.causal ? i + 1 : rows;
-      const int64_t context_runs =
-          (past - context_begin + kAttentionKeyBlock - 1) / kAttentionKeyBlock;
-      const int64_t block_runs =
-          (block_end - block_begin + kAttentionKeyBlock - 1) / kAttentionKeyBlock;
-      const int64_t runs = context_runs + block_runs;
-      if (partials.size() < static_cast<size_t>(runs * partial_size)) {
-        partials.resize(runs * partial_size);
-      }
+      const int64_t i = item % rows, run = (item / rows) % max_runs;
+      const int64_t kv = item / (rows * max_runs);
+      const RowRuns& r = row_runs[i];
+      if (run >= r.runs) continue;
+      const bool in_context = run < r.context_runs;
+      const int64_t begin = in_context
+                                ? r.context_begin + run * kAttentionKeyBlock
+                                : r.block_begin + (run - r.context_runs) * kAttentionKeyBlock;
+      const int64_t end = in_context ? past : r.block_end;
+      const int64_t offset = begin * stride + kv * dim;
       cpu::AttentionBlock task;
       task.q = q + (i * spec.q_heads + kv * group) * dim;
+      task.keys = (in_context ? context_keys : block_keys) + offset;
+      task.values = (in_context ? context_values : block_values) + offset;
       task.kv_stride = stride;
+      task.count = std::min(end - begin, kAttentionKeyBlock);
       task.group = group;
       task.head_dim = dim;
       task.scale = spec.scale;
       task.scores = scores.data();
-      for (int64_t run = 0; run < runs; ++run) {
-        const bool in_context = run < context_runs;
-        const int64_t begin = in_context ? context_begin + run * kAttentionKeyBlock
-                                         : block_begin + (run - context_runs) * kAttentionKeyBlock;
-        const int64_t end = in_context ? past : block_end;
-        const int64_t offset = begin * stride + kv * dim;
-        task.keys = (in_context ? context_keys : block_keys) + offset;
-        task.values = (in_context ? context_values : block_values) + offset;
-        task.count = std::min(end - begin, kAttentionKeyBlock);
-        task.partial = partials.data() + run * partial_size;
-        attend_block(task);
-      }
-      for (int64_t g = 0; g < group; ++g) {
-        const int64_t h = kv * group + g;
-        float* o = out + (i * spec.q_heads + h) * dim;
-        const float* base = partials.data() + g * (2 + dim);
-        merge_partials(base, runs, partial_size, dim,
-                       spec.sinks != nullptr ? spec.sinks + h : nullptr, o);
-      }
+      task.partial = partial_of(i, kv, run);
+      attend_block(task);
+    }
+  });
+  pool.parallel_for(rows * spec.q_heads, 4, [&](int64_t first, int64_t last, int) {
+    for (int64_t index = first; index < last; ++index) {
+      const int64_t i = index / spec.q_heads, h = index % spec.q_heads;
+      const int64_t kv = h / group, g = h % group;
+      merge_partials(partial_of(i, kv, 0) + g * (2 + dim), row_runs[i].runs, partial_size, dim,
+                     spec.sinks != nullptr ? spec.sinks + h : nullptr,
+                     out + (i * spec.q_heads + h) * dim);
     }
   });
 }
