@@ -378,8 +378,11 @@ class SchemaCompiler {
 
   uint32_t typed(const std::string& type, const Json& schema, const std::string& pointer) {
     if (type == "string") {
-      return rules_.string(bound(schema, "minLength", pointer, 0),
-                           bound(schema, "maxLength", pointer, kUnbounded));
+      const uint64_t min_length = bound(schema, "minLength", pointer, 0);
+      const uint64_t max_length = bound(schema, "maxLength", pointer, kUnbounded);
+      // No string satisfies it: refused like minItems > maxItems, not met by one that breaks it.
+      if (min_length > max_length) fail("JSON schema at {}: minLength > maxLength", pointer);
+      return rules_.string(min_length, max_length);
     }
     if (type == "number") return rules_.number();
     if (type == "integer") return rules_.integer();

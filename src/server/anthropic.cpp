@@ -25,7 +25,10 @@ std::string system_text(const Json& system) {
   if (!system.is_array()) throw ApiError(400, "'system' must be a string or a list of text blocks");
   std::string text;
   for (const auto& block : system) {
-    if (!block.is_object() || block.value("type", "text") != "text") continue;
+    if (!block.is_object() ||
+        json_string(block.value("type", Json("text")), "system.type") != "text") {
+      throw ApiError(400, "'system' blocks must be text blocks", "", "system");
+    }
     const std::string piece = json_string(block.value("text", Json()), "system.text");
     if (is_billing_header(piece)) continue;
     if (!text.empty()) text += "\n\n";
@@ -294,8 +297,12 @@ ChatRequest parse_messages(const Json& body, bool count_only) {
   if (body.contains("stream") && !body["stream"].is_null())
     request.stream = json_bool(body["stream"], "stream");
   parse_core_sampling(body, request.sampling);
+  if (body.contains("thinking") && !body["thinking"].is_null() && !body["thinking"].is_object()) {
+    throw ApiError(400, "'thinking' must be an object such as {\"type\": \"enabled\"}", "",
+                   "thinking");
+  }
   if (body.contains("thinking") && body["thinking"].is_object()) {
-    const std::string type = body["thinking"].value("type", "");
+    const std::string type = json_string(body["thinking"].value("type", Json("")), "thinking.type");
     if (type == "disabled") {
       request.enable_thinking = false;
       request.drop_reasoning = true;

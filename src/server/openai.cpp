@@ -133,6 +133,10 @@ void parse_common(const Json& body, ChatRequest& request) {
   parse_reasoning_budget(body, request);
   if (body.contains("stream") && !body["stream"].is_null())
     request.stream = json_bool(body["stream"], "stream");
+  if (body.contains("stream_options") && !body["stream_options"].is_null() &&
+      !body["stream_options"].is_object()) {
+    throw ApiError(400, "'stream_options' must be an object", "", "stream_options");
+  }
   if (body.contains("stream_options") && body["stream_options"].is_object()) {
     const Json& options = body["stream_options"];
     if (options.contains("include_usage")) {

@@ -671,9 +671,14 @@ struct Server::Impl {
         false);
   }
 
-  // What is wrong with the declared body length, if anything: one decimal Content-Length
-  // (repeats must agree) no larger than --max-body-mb. Checked before the body is read, so an
-  // absurd length is refused at once instead of read and discarded until the read timeout.
+  // What is wrong with the declared body length that must be answered before the body is read,
+  // if anything: a Content-Length that is not one decimal count (repeats must agree), or one past
+  // --max-body-mb that the client asks leave to send (Expect: 100-continue) or that is too large
+  // to read and discard (past kDiscardedBodyLimit times the limit: 1e12 bytes would be read until
+  // the read timeout). A body past the limit but within that is read and discarded by httplib
+  // before its 413, so that a client that sends its whole body before reading the answer gets
+  // the 413 and not a reset connection.
+  static constexpr uint64_t kDiscardedBodyLimit = 16;
   std::optional<ApiError> body_length_problem(const httplib::Request& req) const {
     const size_t count = req.get_header_value_count("Content-Length");
     if (count == 0) return std::nullopt;
@@ -688,10 +693,12 @@ struct Server::Impl {
         std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; });
     if (!digits)
       return ApiError(400, fmt::format("Content-Length '{}' is not a byte count", value));
-    if (std::stoull(value) > owner.options_.max_body_bytes) {
+    const uint64_t length = std::stoull(value), limit = owner.options_.max_body_bytes;
+    const bool expecting = req.has_header("Expect");
+    if (length > limit && (expecting || length / kDiscardedBodyLimit > limit)) {
       return ApiError(413, fmt::format("the request body ({} bytes) is larger than the {}-byte "
                                        "limit (--max-body-mb)",
-                                       value, owner.options_.max_body_bytes));
+                                       length, limit));
     }
     return std::nullopt;
   }

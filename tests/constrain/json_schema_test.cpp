@@ -333,6 +333,11 @@ TEST(JsonSchemaTest, UnsupportedKeywordsNameKeywordAndPointer) {
   expect_error_naming(R"({"items": {"type": "number", "minimum": 0}})", {"minimum", "#/items"});
   expect_error_naming(R"({"type": "date"})", {"date", "#/type"});
   expect_error_naming(R"({"type": "array", "maxItems": 100000})", {"maxItems"});
+  expect_error_naming(R"({"type": "array", "minItems": 3, "maxItems": 2})",
+                      {"minItems > maxItems"});
+  expect_error_naming(
+      R"({"properties": {"s": {"type": "string", "minLength": 5, "maxLength": 2}}})",
+      {"minLength > maxLength", "#/properties/s"});
   expect_error_naming(R"({"type": "object", "anyOf": [{}]})", {"anyOf", "type"});
   expect_error_naming(R"({"properties": {"a": {}}, "required": ["b"]})", {"required", "\"b\""});
   expect_error_naming(R"({"properties": {"a": false}})", {"#/properties/a"});

@@ -462,6 +462,20 @@ def test_a_wrongly_typed_block_field_is_400_naming_it(server, route, body, field
     assert f"'{field}' must be" in message and "json.exception" not in message
 
 
+@pytest.mark.parametrize("route, extra, words", [
+    ("/v1/messages", {"thinking": "on"}, "'thinking' must be an object"),
+    ("/v1/messages", {"thinking": {"type": 1}}, "'thinking.type' must be a string"),
+    ("/v1/messages", {"system": [None]}, "'system' blocks must be text blocks"),
+    ("/v1/messages", {"system": [{"type": "image"}]}, "'system' blocks must be text blocks"),
+    ("/v1/chat/completions", {"stream_options": 5}, "'stream_options' must be an object"),
+])
+def test_a_field_of_the_wrong_shape_is_400_not_ignored(server, route, extra, words):
+    body = {"model": "m", "max_tokens": 4, "messages": QUESTION, **extra}
+    status, _, reply = server.request("POST", route, body)
+    assert status == 400, reply
+    assert words in reply["error"]["message"]
+
+
 @pytest.mark.parametrize("connection", [b"", b"Connection: Keep-Alive\r\n"])
 def test_http10_stream_is_close_delimited_not_chunked(server, connection):
     body = json.dumps({"messages": QUESTION, "max_tokens": 6, "temperature": 0,
