@@ -703,8 +703,8 @@ struct Server::Impl {
     return std::nullopt;
   }
 
-  // Refuses a request whose body length is wrong, closing the connection (its body, if sent,
-  // is not read); Unhandled when the length is fine.
+  // Refuses a request whose body length is wrong, before its body is read, with Connection:
+  // close; Unhandled when the length is fine.
   httplib::Server::HandlerResponse refuse_body_length(const httplib::Request& req,
                                                       httplib::Response& res) {
     const std::optional<ApiError> problem = body_length_problem(req);

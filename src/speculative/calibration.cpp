@@ -20,7 +20,7 @@
 namespace dspark {
 namespace {
 
-// 2: verify rows are distinct tokens.
+// 2: verify rows are distinct tokens. 3: the drafter's depth slope (drafter_depth).
 constexpr int kSchemaVersion = 3;
 // The synthetic prompt: one token id repeated (§16.1).
 constexpr int32_t kSyntheticToken = 7;

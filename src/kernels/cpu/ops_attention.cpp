@@ -377,11 +377,7 @@ void block_attention_isa(Isa isa, const BlockAttentionSpec& spec, const float* q
   // after another while it is in its caches, where items of (row, kv head) each streamed the
   // whole context (a 7-row draft block at 3,000 tokens of context read it 7 times). The partials
   // are merged per (row, query head) in run order, as one row alone would merge them.
-  // Kept by the calling thread: allocated afresh, a draft block's partials (hundreds of KiB at
-  // depth) would be mapped and faulted in at every layer.
-  // (The workers reach it through `base`: a thread_local named in the lambdas would be theirs.)
-  thread_local std::vector<float> partials;
-  partials.resize(static_cast<size_t>(rows * spec.kv_heads * max_runs * partial_size));
+  std::vector<float> partials(static_cast<size_t>(rows * spec.kv_heads * max_runs * partial_size));
   float* const base = partials.data();
   const auto partial_of = [base, &spec, max_runs, partial_size](int64_t i, int64_t kv,
                                                                 int64_t run) {
