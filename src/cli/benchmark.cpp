@@ -291,10 +291,13 @@ std::vector<int> parse_levels(const std::string& text) {
   return levels;
 }
 
-// One arm at one load: `sequences` generations at once, generation i on prompt i mod |prompts|,
-// stepped together (decode_together: one batched target forward a step, as `serve --parallel`
-// runs them). Returns the aggregate tok/s and the steady tok/s while every generation decodes,
-// and fills the step figures and whether every generation equals plain decoding of its prompt.
+// One arm at one load, as a closed loop of `sequences` clients: every prompt is generated (at
+// least `sequences` generations, generation i on prompt i mod |prompts|), at most `sequences` at
+// once, stepped together (step_together: one batched target forward a step, as `serve
+// --parallel` runs them), and a generation that ends hands its slot to the next. Every load thus
+// runs the same generations, so its rates compare with another load's. Returns the aggregate
+// tok/s and the steady tok/s while `sequences` generations decode, and fills the step figures
+// and whether every generation equals plain decoding of its prompt.
 struct LoadRates {
   double all = 0.0;
   double full = 0.0;
@@ -303,35 +306,58 @@ LoadRates run_load(const Model& model, const std::vector<Prompt>& prompts,
                    const std::vector<std::vector<int32_t>>& plain_tokens, const Arm& arm,
                    const GenerationConfig& config, bool compare_tokens, LoadRun& load) {
   const TokenCallback keep_going = [](const CommittedToken&) { return true; };
-  StatePool pool = model.new_pool(std::max(load.sequences, 1));
-  std::vector<std::unique_ptr<Decoding>> decodings;
+  const auto slots = static_cast<size_t>(std::max(load.sequences, 1));
+  const size_t total = std::max(slots, prompts.size());
+  StatePool pool = model.new_pool(static_cast<int>(slots));
+  struct Generation {
+    std::unique_ptr<Decoding> decoding;
+    SequenceId sequence;
+    size_t prompt;
+  };
+  std::vector<Generation> live;
   std::vector<SequenceDecoder*> decoders;
-  const double start = now_seconds();
+  size_t admitted = 0;
+  int64_t generated = 0, drafted = 0, rounds = 0;
   StepCounters counters;
+  const double start = now_seconds();
   try {
-    for (int i = 0; i < load.sequences; ++i) {
-      decodings.push_back(std::make_unique<Decoding>(model, prompts[i % prompts.size()].tokens,
-                                                     pool, pool.open(), config, arm.setup,
-                                                     keep_going));
-      decoders.push_back(&decodings.back()->decoder());
+    for (;;) {
+      for (auto it = live.begin(); it != live.end();) {
+        const SequenceDecoder& decoder = it->decoding->decoder();
+        if (!decoder.finished()) {
+          ++it;
+          continue;
+        }
+        const DecodeStats stats = it->decoding->stats();
+        generated += decoder.result().stats.generated_tokens;
+        drafted += stats.speculative.drafted;
+        rounds += stats.speculative.rounds;
+        if (compare_tokens) {
+          load.matches_plain =
+              load.matches_plain && decoder.result().tokens == plain_tokens[it->prompt];
+        }
+        const SequenceId sequence = it->sequence;
+        it = live.erase(it);
+        pool.close(sequence);
+      }
+      while (live.size() < slots && admitted < total) {
+        const size_t prompt = admitted++ % prompts.size();
+        const SequenceId sequence = pool.open();
+        live.push_back({std::make_unique<Decoding>(model, prompts[prompt].tokens, pool, sequence,
+                                                   config, arm.setup, keep_going),
+                        sequence, prompt});
+      }
+      if (live.empty()) break;
+      decoders.clear();
+      for (const Generation& generation : live) decoders.push_back(&generation.decoding->decoder());
+      step_together(model, pool, decoders, &counters, slots);
     }
-    decode_together(model, pool, decoders, &counters);
   } catch (const std::exception& e) {
     fail("{} at {} sequences: {}", arm.label, load.sequences, e.what());
   }
   const double wall = now_seconds() - start;
-  int64_t generated = 0, drafted = 0, rounds = 0;
-  for (int i = 0; i < load.sequences; ++i) {
-    const GenerationResult& result = decoders[i]->result();
-    const DecodeStats stats = decodings[i]->stats();
-    generated += result.stats.generated_tokens;
-    drafted += stats.speculative.drafted;
-    rounds += stats.speculative.rounds;
-    if (compare_tokens) {
-      load.matches_plain =
-          load.matches_plain && result.tokens == plain_tokens[i % plain_tokens.size()];
-    }
-  }
+  load.generations = static_cast<int>(total);
+  load.generated_tokens = generated;
   if (counters.steps > 0) {
     load.step_ms = 1000.0 * counters.busy_seconds / static_cast<double>(counters.steps);
     load.sequences_per_step = double(counters.sequence_forwards) / double(counters.steps);

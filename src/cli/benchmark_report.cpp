@@ -251,6 +251,8 @@ nlohmann::json report_json(const BenchmarkReport& report) {
     for (const LoadRun& load : report.loads) {
       nlohmann::json entry = {{"run", load.arm},
                               {"sequences", load.sequences},
+                              {"generations", load.generations},
+                              {"generated_tokens", load.generated_tokens},
                               {"tok_s", load.median_tok_s()},
                               {"tok_s_trials", load.tok_s},
                               {"speedup", load.median_speedup()},

@@ -60,9 +60,11 @@ struct ArmResult {
 struct LoadRun {
   std::string arm;
   DecodeMode mode = DecodeMode::baseline;  // the arm's
-  int sequences = 0;
-  std::vector<double> tok_s;    // aggregate generated tokens over wall time, per trial
-  std::vector<double> speedup;  // over the baseline arm at the same load, per trial
+  int sequences = 0;                       // generations at once (the closed loop's clients)
+  int generations = 0;  // generations run per trial: every prompt, and at least `sequences`
+  int64_t generated_tokens = 0;  // what they generated (the last trial)
+  std::vector<double> tok_s;     // aggregate generated tokens over wall time, per trial
+  std::vector<double> speedup;   // over the baseline arm at the same load, per trial
   // The same while every generation decodes (StepCounters::full_seconds): the steady rate of
   // `sequences` concurrent generations, per trial (0 when no step had them all decoding).
   std::vector<double> full_tok_s;

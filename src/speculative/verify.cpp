@@ -450,46 +450,51 @@ void accept_together(std::span<SequenceDecoder* const> decoders) {
                               });
 }
 
-void decode_together(const Model& model, StatePool& pool,
-                     const std::vector<SequenceDecoder*>& sequences, StepCounters* counters) {
+bool step_together(const Model& model, StatePool& pool, std::span<SequenceDecoder* const> sequences,
+                   StepCounters* counters, size_t slots) {
+  size_t unfinished = 0;
+  bool decoding = true;
+  int64_t tokens_before = 0;
+  for (const SequenceDecoder* sequence : sequences) {
+    tokens_before += sequence->result().stats.generated_tokens;
+    if (sequence->finished()) continue;
+    ++unfinished;
+    decoding = decoding && sequence->result().stats.generated_tokens > 0;
+  }
+  const bool steady = decoding && unfinished == slots;
+  const double step_start = now_seconds();
+  for (SequenceDecoder* sequence : sequences) sequence->set_load(static_cast<int>(unfinished));
+  for (const std::exception_ptr& error : draft_together(sequences)) {
+    if (error) std::rethrow_exception(error);
+  }
   std::vector<SequenceRun> runs;
   std::vector<SequenceDecoder*> running;
-  for (;;) {
-    int unfinished = 0;
-    for (const SequenceDecoder* sequence : sequences) unfinished += !sequence->finished();
-    runs.clear();
-    running.clear();
-    const double step_start = now_seconds();
-    bool full = true;
-    int64_t tokens_before = 0;
+  for (SequenceDecoder* sequence : sequences) {
+    if (std::optional<SequenceRun> run = sequence->next_run()) {
+      runs.push_back(std::move(*run));
+      running.push_back(sequence);
+    }
+  }
+  if (runs.empty()) return false;
+  const double start = now_seconds();
+  model.forward_batch(runs, pool);
+  if (counters != nullptr) counters->add_step(runs, now_seconds() - start);
+  accept_together(running);
+  for (SequenceDecoder* sequence : running) sequence->finish_run();
+  if (counters != nullptr && steady) {
+    int64_t tokens_after = 0;
     for (const SequenceDecoder* sequence : sequences) {
-      full = full && !sequence->finished() && sequence->result().stats.generated_tokens > 0;
-      tokens_before += sequence->result().stats.generated_tokens;
+      tokens_after += sequence->result().stats.generated_tokens;
     }
-    for (SequenceDecoder* sequence : sequences) sequence->set_load(unfinished);
-    for (const std::exception_ptr& error : draft_together(sequences)) {
-      if (error) std::rethrow_exception(error);
-    }
-    for (SequenceDecoder* sequence : sequences) {
-      if (std::optional<SequenceRun> run = sequence->next_run()) {
-        runs.push_back(std::move(*run));
-        running.push_back(sequence);
-      }
-    }
-    if (runs.empty()) return;
-    const double start = now_seconds();
-    model.forward_batch(runs, pool);
-    if (counters != nullptr) counters->add_step(runs, now_seconds() - start);
-    accept_together(running);
-    for (SequenceDecoder* sequence : running) sequence->finish_run();
-    if (counters != nullptr && full) {
-      int64_t tokens_after = 0;
-      for (const SequenceDecoder* sequence : sequences) {
-        tokens_after += sequence->result().stats.generated_tokens;
-      }
-      counters->full_seconds += now_seconds() - step_start;
-      counters->full_tokens += tokens_after - tokens_before;
-    }
+    counters->full_seconds += now_seconds() - step_start;
+    counters->full_tokens += tokens_after - tokens_before;
+  }
+  return true;
+}
+
+void decode_together(const Model& model, StatePool& pool,
+                     const std::vector<SequenceDecoder*>& sequences, StepCounters* counters) {
+  while (step_together(model, pool, sequences, counters, sequences.size())) {
   }
 }
 

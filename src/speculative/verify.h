@@ -252,11 +252,17 @@ std::vector<std::exception_ptr> draft_together(std::span<SequenceDecoder* const>
 // before the callers' finish_run calls, one by one, commit what each accepted.
 void accept_together(std::span<SequenceDecoder* const> decoders);
 
-// Runs the generations (sequences of `pool`) to their ends, every step one Model::forward_batch
-// over the next forward of each unfinished one, each told the load (set_load: the unfinished
-// generations). Each generation's output and states are the ones it gets alone: the forward's
-// rows are row invariant and everything else is per sequence. `counters`, when given, receives
-// the steps.
+// One shared step: one Model::forward_batch over the next forward of each unfinished generation
+// of `sequences` (sequences of `pool`), each told the load (set_load: the unfinished ones).
+// Returns false, running nothing, once none has a forward left. Each generation's output and
+// states are the ones it gets alone: the forward's rows are row invariant and everything else is
+// per sequence. `counters`, when given, receives the step; it counts towards the steady rate when
+// `slots` generations are unfinished and every one of them is past its prompt.
+bool step_together(const Model& model, StatePool& pool, std::span<SequenceDecoder* const> sequences,
+                   StepCounters* counters, size_t slots);
+
+// Runs the generations to their ends, step_together after step_together, the steady rate taken
+// while all of them decode.
 void decode_together(const Model& model, StatePool& pool,
                      const std::vector<SequenceDecoder*>& sequences,
                      StepCounters* counters = nullptr);

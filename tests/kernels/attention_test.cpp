@@ -179,15 +179,15 @@ struct F16Cache {
 };
 
 TEST(CausalAttention, AnF16CacheGivesTheBitsOfAnF32CacheOfTheSameValues) {
-  // Decode rows on both sides of a key block, short verifies that read the cache as it lies (2 and
-  // 3 rows, across a key block's end), a verify round that widens the blocks, a prefill chunk
-  // across blocks and an empty sequence, each over its own f16 cache, in one batch and at 1, 2 and
-  // 3 threads.
+  // Decode rows on both sides of a key block, verifies that read the cache as it lies (2, 3 and 5
+  // rows, across a key block's end), a wider one that widens the blocks (12 rows, two runs of
+  // rows), a prefill chunk across blocks and an empty sequence, each over its own f16 cache, in
+  // one batch and at 1, 2 and 3 threads.
   struct Part {
     int64_t rows, past;
   };
-  const Part parts[] = {{1, 0},   {1, 255}, {1, 700}, {2, 255},
-                        {3, 510}, {5, 300}, {0, 9},   {300, 10}};
+  const Part parts[] = {{1, 0},   {1, 255},  {1, 700}, {2, 255}, {3, 510},
+                        {5, 300}, {12, 260}, {0, 9},   {300, 10}};
   for (const Shape& shape : {Shape{9, 3, 64}, Shape{8, 1, 128}, Shape{6, 2, 80}}) {
     std::vector<Cache> caches;
     std::vector<F16Cache> halves;

@@ -203,6 +203,12 @@ def test_concurrency_sweep_batches_and_stays_lossless(tiny_nemotron, tmp_path):
     assert runs["dspark cap=2+lookup"]["cap_choice"] == "2+lookup"
     assert [(entry["sequences"], entry["run"]) for entry in loads] == \
         [(n, arm) for n in (1, 2, 4) for arm in arms]
+    # Every load is a closed loop over the same generations (every prompt, at least one per
+    # slot), so their rates compare: greedy and lossless, they generate the same tokens.
+    prompt_count = len(runs["baseline"]["prompts"])
+    assert {(entry["generations"], entry["generated_tokens"]) for entry in loads
+            if entry["sequences"] <= prompt_count} == \
+        {(prompt_count, sum(p["trials"][0]["generated"] for p in runs["baseline"]["prompts"]))}
     for entry in loads:
         assert entry["matches_plain"], entry
         assert entry["tok_s"] > 0 and entry["step_ms"] > 0

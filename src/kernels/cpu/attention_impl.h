@@ -24,9 +24,14 @@ namespace dspark::kernels::cpu {
 
 // Keys per block; a multiple of 16 so that the lanes of step 4 start at the block's first key.
 constexpr int64_t kAttentionKeyBlock = 256;
+// Keys whose value rows the SIMD kernels' step 5 takes for every head before the next run: 64
+// rows of head_dim 64 in fp32 are 16 KiB, which stay in L1 for all the passes over the heads.
+constexpr int64_t kValueRun = 64;
 
 struct AttentionBlock {
-  const float* q = nullptr;      // [group][head_dim], the group's query heads
+  // The group's query heads [group][head_dim] of the first row; the other rows' (see `rows`)
+  // follow q_row_stride floats apart.
+  const float* q = nullptr;
   const void* keys = nullptr;    // the block's first key; rows kv_stride elements apart
   const void* values = nullptr;  // likewise
   // The element type of keys and values. An f16 block is widened (exactly) as the kernel reads it,
@@ -42,9 +47,27 @@ struct AttentionBlock {
   int64_t group = 0;
   int64_t head_dim = 0;
   float scale = 1.0f;
-  float* scores = nullptr;   // scratch [group][kAttentionKeyBlock]
-  float* partial = nullptr;  // out [group][2 + head_dim]: peak, sum, acc
+  // Query rows that read the block's `count` keys each: a verify's or prefill's rows share one
+  // pass over the block (each key tile and value row read once for all of them). Every head of
+  // every row is computed as it would be alone.
+  int64_t rows = 1;
+  int64_t q_row_stride = 0;        // floats from one row's q to the next's
+  int64_t partial_row_stride = 0;  // floats from one row's partial to the next's
+  float* scores = nullptr;         // scratch [rows * group][kAttentionKeyBlock]
+  float* partial = nullptr;        // out, per row [group][2 + head_dim]: peak, sum, acc
 };
+
+// The block's query heads, row after row: head h is head h % group of row h / group.
+inline int64_t block_heads(const AttentionBlock& block) {
+  return block.rows * block.group;
+}
+inline const float* head_q(const AttentionBlock& block, int64_t h) {
+  return block.q + h / block.group * block.q_row_stride + h % block.group * block.head_dim;
+}
+inline float* head_partial(const AttentionBlock& block, int64_t h) {
+  return block.partial + h / block.group * block.partial_row_stride +
+         h % block.group * (2 + block.head_dim);
+}
 
 void attend_block_ref(const AttentionBlock& block);
 void attend_block_avx2(const AttentionBlock& block);

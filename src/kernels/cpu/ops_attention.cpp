@@ -146,8 +146,11 @@ struct Segment {
   int64_t first_row = 0;
   int64_t rows = 0;
   int64_t max_blocks = 0;
-  int64_t first_item = 0;    // of the wave's (row, kv head, block) items
-  int64_t first_output = 0;  // of the wave's (row, q head) outputs
+  int64_t first_item = 0;     // of the wave's (kv head, block, run of rows) items
+  int64_t first_partial = 0;  // of the wave's (row, kv head, block) partial results
+  int64_t first_output = 0;   // of the wave's (row, q head) outputs
+
+  int64_t row_runs() const;
 };
 
 // Index of the segment holding `index`, given each segment's first index by `first`.
@@ -175,12 +178,22 @@ struct WidenedBlock {
 // Numbers the calls of causal_attention_batch_isa, so that a block widened in one call (one layer's
 // cache) is never taken for the same position of the next.
 std::atomic<int64_t> attention_calls{0};
-// Up to this many rows of a sequence read an f16 cache's key blocks as they lie, the first row from
-// memory and the others from L2, where more rows share one widened copy of each block. Measured on
-// a Zen 3 VM (attention_bench BM_RowsAttentionFromMemory, 2,048 tokens of context, 2 threads, 4
-// rounds): 2 rows 0.73x and 3 rows 0.78x the time of the widened copy, 4 rows the same. The first
-// of these rows fetches ahead from an fp32 cache too (always read as it lies; not measured).
-constexpr int64_t kRowsReadingTheCache = 3;
+// A sequence's rows take a key block in runs of up to kRowsPerPass: one kernel call computes every
+// row of a run that reads the whole block, each key tile and value row read once for all of them.
+constexpr int64_t kRowsPerPass = 8;
+// Up to this many rows of a sequence read an f16 cache's key blocks as they lie (the kernel widens
+// each key tile once for all of them, and each pass of heads widens the value rows it reads);
+// more rows share one widened copy of each block. Measured (attention_bench
+// BM_RowsAttentionFromMemory and BM_RowsAttention, 2 threads, Emerald Rapids, two rounds, the
+// copy against the cache as it lies): 4 rows at 2,048 / 8,192 tokens of context 181 / 706 µs
+// against 160 / 637, 8 rows level, 16 rows 522 / 2,030 against 539 / 2,108, a 256-row prefill
+// chunk after 8,192 tokens 27.2 against 30.9 ms. The first row fetches ahead from an fp32 cache
+// too (always read as it lies; not measured).
+constexpr int64_t kRowsReadingTheCache = kRowsPerPass;
+
+int64_t Segment::row_runs() const {
+  return (rows + kRowsPerPass - 1) / kRowsPerPass;
+}
 
 }  // namespace
 
@@ -196,19 +209,19 @@ void causal_attention_batch_isa(Isa isa, const AttentionSequence* sequences, int
   constexpr int64_t kPartialBudget = int64_t{4} << 20;
   std::vector<Segment> wave;
   std::vector<float> partials;
-  int64_t wave_items = 0, wave_outputs = 0;
+  int64_t wave_items = 0, wave_partials = 0, wave_outputs = 0;
   ThreadPool& pool = default_pool();
   auto run_wave = [&] {
     if (wave.empty()) return;
-    partials.resize(static_cast<size_t>(wave_items * partial_size));
-    // Work item (kv head, block, row) of a segment, rows innermost: a thread's run of items takes
-    // the rows of a verify or prefill one after another over the same key block, which the first
+    partials.resize(static_cast<size_t>(wave_partials * partial_size));
+    // Work item (kv head, block, run of rows), runs innermost: a thread's run of items takes the
+    // rows of a verify or prefill one run after another over the same key block, which the first
     // brought into the cache (rows read the context's keys and values once per block, not once
-    // each from memory). Rows see different key counts, so some items are empty. Partial results
-    // stay in (row, kv head, block) order for the merge.
+    // each from memory), and the rows of a run that see the whole block share one kernel call.
+    // Partial results stay in (row, kv head, block) order for the merge.
     pool.parallel_for(wave_items, 1, [&](int64_t first, int64_t last, int) {
       thread_local std::vector<float> scores;
-      const size_t need = group * kAttentionKeyBlock;
+      const size_t need = kRowsPerPass * group * kAttentionKeyBlock;
       if (scores.size() < need) scores.resize(need);
       size_t s = segment_of(wave, first, [](const Segment& seg) { return seg.first_item; });
       for (int64_t item = first; item < last; ++item) {
@@ -216,16 +229,14 @@ void causal_attention_batch_isa(Isa isa, const AttentionSequence* sequences, int
         const Segment& seg = wave[s];
         const AttentionSequence& sequence = *seg.sequence;
         const int64_t local = item - seg.first_item;
-        const int64_t local_row = local % seg.rows;
-        const int64_t block = (local / seg.rows) % seg.max_blocks;
-        const int64_t kv = local / (seg.rows * seg.max_blocks);
-        const int64_t r = seg.first_row + local_row;
-        const int64_t n_keys = sequence.past + r + 1;
+        const int64_t run = local % seg.row_runs();
+        const int64_t block = (local / seg.row_runs()) % seg.max_blocks;
+        const int64_t kv = local / (seg.row_runs() * seg.max_blocks);
+        const int64_t run_begin = run * kRowsPerPass;
+        const int64_t run_end = std::min(seg.rows, run_begin + kRowsPerPass);
         const int64_t begin = block * kAttentionKeyBlock;
-        if (begin >= n_keys) continue;
         const int64_t offset = begin * kv_heads * head_dim + kv * head_dim;
         cpu::AttentionBlock task;
-        task.q = sequence.q + (r * q_heads + kv * group) * head_dim;
         if (sequence.kv_type == KvType::f32) {
           task.keys = static_cast<const float*>(sequence.keys) + offset;
           task.values = static_cast<const float*>(sequence.values) + offset;
@@ -233,12 +244,13 @@ void causal_attention_batch_isa(Isa isa, const AttentionSequence* sequences, int
         } else if (seg.rows <= kRowsReadingTheCache) {
           // A decode row reads the block once: the kernel widens it as it reads, where a widened
           // copy cost a write and a read of twice the f16 bytes (7.7 % of a decode step at 400
-          // tokens of context, perf, default model). A short verify's rows do the same.
+          // tokens of context, perf, default model). A verify's rows do the same, together.
           task.keys = static_cast<const uint16_t*>(sequence.keys) + offset;
           task.values = static_cast<const uint16_t*>(sequence.values) + offset;
           task.kv_type = KvType::f16;
           task.kv_stride = kv_heads * head_dim;
         } else {
+          if (begin >= sequence.past + seg.first_row + run_end) continue;  // no row sees it
           thread_local WidenedBlock widened;
           if (widened.call != call || widened.keys != sequence.keys || widened.kv != kv ||
               widened.block != block) {
@@ -276,16 +288,37 @@ void causal_attention_batch_isa(Isa isa, const AttentionSequence* sequences, int
           task.values = widened.values_f32.data();
           task.kv_stride = head_dim;
         }
-        task.fetch_ahead = local_row == 0 && seg.rows <= kRowsReadingTheCache;
-        task.count = std::min(n_keys - begin, kAttentionKeyBlock);
         task.group = group;
         task.head_dim = head_dim;
         task.scale = scale;
         task.scores = scores.data();
-        task.partial =
-            partials.data() +
-            (seg.first_item + (local_row * kv_heads + kv) * seg.max_blocks + block) * partial_size;
-        attend_block(task);
+        task.q_row_stride = q_heads * head_dim;
+        task.partial_row_stride = kv_heads * seg.max_blocks * partial_size;
+        // Row r sees past + r + 1 keys: the rows before the block's end see part of it, one call
+        // each, and the rest (the run's last rows) all of it, in one call.
+        int64_t local_row = run_begin;
+        const auto attend_rows = [&](int64_t rows, int64_t count) {
+          const int64_t r = seg.first_row + local_row;
+          task.q = sequence.q + (r * q_heads + kv * group) * head_dim;
+          task.rows = rows;
+          task.count = count;
+          task.fetch_ahead = local_row == 0 && seg.rows <= kRowsReadingTheCache;
+          task.partial = partials.data() + (seg.first_partial +
+                                            (local_row * kv_heads + kv) * seg.max_blocks + block) *
+                                               partial_size;
+          attend_block(task);
+          local_row += rows;
+        };
+        for (; local_row < run_end;) {
+          const int64_t seen = sequence.past + seg.first_row + local_row + 1 - begin;
+          if (seen <= 0) {
+            ++local_row;
+          } else if (seen < kAttentionKeyBlock) {
+            attend_rows(1, seen);
+          } else {
+            attend_rows(run_end - local_row, kAttentionKeyBlock);
+          }
+        }
       }
     });
     // Merge the blocks of each (row, q head) in block order.
@@ -303,7 +336,7 @@ void causal_attention_batch_isa(Isa isa, const AttentionSequence* sequences, int
             (sequence.past + r + 1 + kAttentionKeyBlock - 1) / kAttentionKeyBlock;
         const float* base =
             partials.data() +
-            (seg.first_item + (local_row * kv_heads + kv) * seg.max_blocks) * partial_size +
+            (seg.first_partial + (local_row * kv_heads + kv) * seg.max_blocks) * partial_size +
             g * (2 + head_dim);
         float* o = sequence.out + (r * q_heads + h) * head_dim;
         if (blocks == 1) {
@@ -315,7 +348,7 @@ void causal_attention_batch_isa(Isa isa, const AttentionSequence* sequences, int
       }
     });
     wave.clear();
-    wave_items = wave_outputs = 0;
+    wave_items = wave_partials = wave_outputs = 0;
   };
   for (int64_t i = 0; i < count; ++i) {
     const AttentionSequence& sequence = sequences[i];
@@ -327,11 +360,13 @@ void causal_attention_batch_isa(Isa isa, const AttentionSequence* sequences, int
         std::clamp<int64_t>(kPartialBudget / (row_items * partial_size), 1, sequence.rows);
     for (int64_t first_row = 0; first_row < sequence.rows; first_row += batch) {
       const int64_t rows = std::min(batch, sequence.rows - first_row);
-      if (!wave.empty() && (wave_items + rows * row_items) * partial_size > kPartialBudget) {
+      if (!wave.empty() && (wave_partials + rows * row_items) * partial_size > kPartialBudget) {
         run_wave();
       }
-      wave.push_back({&sequence, first_row, rows, max_blocks, wave_items, wave_outputs});
-      wave_items += rows * row_items;
+      wave.push_back(
+          {&sequence, first_row, rows, max_blocks, wave_items, wave_partials, wave_outputs});
+      wave_items += wave.back().row_runs() * row_items;
+      wave_partials += rows * row_items;
       wave_outputs += rows * q_heads;
     }
   }
@@ -373,45 +408,65 @@ void block_attention_isa(Isa isa, const BlockAttentionSpec& spec, const float* q
              (r.block_end - r.block_begin + kAttentionKeyBlock - 1) / kAttentionKeyBlock;
     max_runs = std::max(max_runs, r.runs);
   }
-  // Work item (kv head, run, row), rows innermost: a thread's rows take the same run of keys one
-  // after another while it is in its caches, where items of (row, kv head) each streamed the
-  // whole context (a 7-row draft block at 3,000 tokens of context read it 7 times). The partials
-  // are merged per (row, query head) in run order, as one row alone would merge them.
+  // Work item (kv head, run): the rows that read the same keys in a run (every row, for a
+  // context without a window) take them in one kernel call, each key tile and value row read once
+  // for all of them, where items of (row, kv head) each streamed the whole context (a 7-row draft
+  // block at 3,000 tokens of context read it 7 times). The partials are merged per (row, query
+  // head) in run order, as one row alone would merge them.
   std::vector<float> partials(static_cast<size_t>(rows * spec.kv_heads * max_runs * partial_size));
   float* const base = partials.data();
   const auto partial_of = [base, &spec, max_runs, partial_size](int64_t i, int64_t kv,
                                                                 int64_t run) {
     return base + ((i * spec.kv_heads + kv) * max_runs + run) * partial_size;
   };
+  // The keys row i reads in a run: [begin, end), empty when it has fewer runs.
+  const auto keys_of = [&](int64_t i, int64_t run) -> std::pair<int64_t, int64_t> {
+    const RowRuns& r = row_runs[i];
+    if (run >= r.runs) return {0, 0};
+    if (run < r.context_runs) {
+      const int64_t begin = r.context_begin + run * kAttentionKeyBlock;
+      return {begin, std::min(past, begin + kAttentionKeyBlock)};
+    }
+    const int64_t begin = r.block_begin + (run - r.context_runs) * kAttentionKeyBlock;
+    return {begin, std::min(r.block_end, begin + kAttentionKeyBlock)};
+  };
   ThreadPool& pool = default_pool();
-  pool.parallel_for(spec.kv_heads * max_runs * rows, 1, [&](int64_t first, int64_t last, int) {
+  pool.parallel_for(spec.kv_heads * max_runs, 1, [&](int64_t first, int64_t last, int) {
     thread_local std::vector<float> scores;
-    if (scores.size() < static_cast<size_t>(group * kAttentionKeyBlock)) {
-      scores.resize(group * kAttentionKeyBlock);
+    if (scores.size() < static_cast<size_t>(rows * group * kAttentionKeyBlock)) {
+      scores.resize(rows * group * kAttentionKeyBlock);
     }
     for (int64_t item = first; item < last; ++item) {
-      const int64_t i = item % rows, run = (item / rows) % max_runs;
-      const int64_t kv = item / (rows * max_runs);
-      const RowRuns& r = row_runs[i];
-      if (run >= r.runs) continue;
-      const bool in_context = run < r.context_runs;
-      const int64_t begin = in_context
-                                ? r.context_begin + run * kAttentionKeyBlock
-                                : r.block_begin + (run - r.context_runs) * kAttentionKeyBlock;
-      const int64_t end = in_context ? past : r.block_end;
-      const int64_t offset = begin * stride + kv * dim;
-      cpu::AttentionBlock task;
-      task.q = q + (i * spec.q_heads + kv * group) * dim;
-      task.keys = (in_context ? context_keys : block_keys) + offset;
-      task.values = (in_context ? context_values : block_values) + offset;
-      task.kv_stride = stride;
-      task.count = std::min(end - begin, kAttentionKeyBlock);
-      task.group = group;
-      task.head_dim = dim;
-      task.scale = spec.scale;
-      task.scores = scores.data();
-      task.partial = partial_of(i, kv, run);
-      attend_block(task);
+      const int64_t run = item % max_runs, kv = item / max_runs;
+      for (int64_t i = 0; i < rows;) {
+        const auto [begin, end] = keys_of(i, run);
+        const bool in_context = run < row_runs[i].context_runs;
+        int64_t next = i + 1;
+        while (next < rows && run < row_runs[next].runs &&
+               (run < row_runs[next].context_runs) == in_context &&
+               keys_of(next, run).first == begin && keys_of(next, run).second == end) {
+          ++next;
+        }
+        if (end > begin) {
+          const int64_t offset = begin * stride + kv * dim;
+          cpu::AttentionBlock task;
+          task.q = q + (i * spec.q_heads + kv * group) * dim;
+          task.keys = (in_context ? context_keys : block_keys) + offset;
+          task.values = (in_context ? context_values : block_values) + offset;
+          task.kv_stride = stride;
+          task.count = end - begin;
+          task.group = group;
+          task.head_dim = dim;
+          task.scale = spec.scale;
+          task.rows = next - i;
+          task.q_row_stride = spec.q_heads * dim;
+          task.partial_row_stride = spec.kv_heads * max_runs * partial_size;
+          task.scores = scores.data();
+          task.partial = partial_of(i, kv, run);
+          attend_block(task);
+        }
+        i = next;
+      }
     }
   });
   pool.parallel_for(rows * spec.q_heads, 4, [&](int64_t first, int64_t last, int) {

@@ -91,8 +91,8 @@ void block_scores(const AttentionBlock& block) {
     }
     const __m256 valid = _mm256_castsi256_ps(
         _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count - first)), lane));
-    for (int64_t g = 0; g < block.group; ++g) {
-      const float* q = block.q + g * dim;
+    for (int64_t g = 0; g < block_heads(block); ++g) {
+      const float* q = head_q(block, g);
       __m256 b[8];
       dot_lanes4(q, key, dim, b);
       dot_lanes4(q, key + 4, dim, b + 4);
@@ -102,7 +102,7 @@ void block_scores(const AttentionBlock& block) {
     }
   }
   if ((count + 7) / 8 % 2 == 1) {
-    for (int64_t g = 0; g < block.group; ++g) {
+    for (int64_t g = 0; g < block_heads(block); ++g) {
       _mm256_storeu_ps(block.scores + g * kAttentionKeyBlock + (count + 7) / 8 * 8, minus_infinity);
     }
   }
@@ -110,13 +110,17 @@ void block_scores(const AttentionBlock& block) {
 
 // acc[g][c] for NG heads and NC 8-float chunks starting at d0.
 template <typename T, int NG, int NC>
-void accumulate_values(const AttentionBlock& block, int64_t g0, int64_t d0) {
+void accumulate_values(const AttentionBlock& block, int64_t g0, int64_t d0, int64_t j0,
+                       int64_t j1) {
   __m256 acc[NG][NC];
   for (int g = 0; g < NG; ++g) {
-    for (int c = 0; c < NC; ++c) acc[g][c] = _mm256_setzero_ps();
+    const float* partial = head_partial(block, g0 + g) + 2 + d0;
+    for (int c = 0; c < NC; ++c) {
+      acc[g][c] = j0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(partial + 8 * c);
+    }
   }
   const float* p = block.scores + g0 * kAttentionKeyBlock;
-  for (int64_t j = 0; j < block.count; ++j) {
+  for (int64_t j = j0; j < j1; ++j) {
     const T* value = static_cast<const T*>(block.values) + j * block.kv_stride + d0;
     if (block.fetch_ahead) {
       prefetch_rows(static_cast<const T*>(block.values) + d0, j + kKvRowsAhead,
@@ -130,25 +134,24 @@ void accumulate_values(const AttentionBlock& block, int64_t g0, int64_t d0) {
     }
   }
   for (int g = 0; g < NG; ++g) {
-    float* out = block.partial + (g0 + g) * (2 + block.head_dim) + 2 + d0;
+    float* out = head_partial(block, g0 + g) + 2 + d0;
     for (int c = 0; c < NC; ++c) _mm256_storeu_ps(out + 8 * c, acc[g][c]);
   }
 }
 
 template <typename T, int NG>
-void accumulate_heads(const AttentionBlock& block, int64_t g0) {
+void accumulate_heads(const AttentionBlock& block, int64_t g0, int64_t j0, int64_t j1) {
   const int64_t chunks = block.head_dim / 8;  // even: head_dim is a multiple of 16
   int64_t c = 0;
-  for (; c + 4 <= chunks; c += 4) accumulate_values<T, NG, 4>(block, g0, 8 * c);
-  if (c < chunks) accumulate_values<T, NG, 2>(block, g0, 8 * c);
+  for (; c + 4 <= chunks; c += 4) accumulate_values<T, NG, 4>(block, g0, 8 * c, j0, j1);
+  if (c < chunks) accumulate_values<T, NG, 2>(block, g0, 8 * c, j0, j1);
 }
 
 template <typename T>
 void attend_block(const AttentionBlock& block) {
-  const int64_t dim = block.head_dim;
   const int64_t padded = (block.count + 15) / 16 * 16;
   block_scores<T>(block);
-  for (int64_t g = 0; g < block.group; ++g) {
+  for (int64_t g = 0; g < block_heads(block); ++g) {
     float* scores = block.scores + g * kAttentionKeyBlock;
     __m256 peak = _mm256_set1_ps(-INFINITY);
     for (int64_t j = 0; j < padded; j += 8) peak = _mm256_max_ps(peak, _mm256_loadu_ps(scores + j));
@@ -165,17 +168,24 @@ void attend_block(const AttentionBlock& block) {
       sum_low = _mm256_add_ps(sum_low, e_low);
       sum_high = _mm256_add_ps(sum_high, e_high);
     }
-    float* partial = block.partial + g * (2 + dim);
+    float* partial = head_partial(block, g);
     partial[0] = _mm_cvtss_f32(peak4);
     partial[1] = reduce16_lanes(sum_low, sum_high);
   }
-  int64_t g = 0;
-  for (; g + 3 <= block.group; g += 3) accumulate_heads<T, 3>(block, g);
-  switch (block.group - g) {
-    case 2:
-      return accumulate_heads<T, 2>(block, g);
-    case 1:
-      return accumulate_heads<T, 1>(block, g);
+  // A run of keys at a time for every head, so that its value rows stay in L1 while each pass of
+  // heads reads them; the passes carry their sums from run to run through the partials.
+  for (int64_t j0 = 0; j0 < block.count; j0 += kValueRun) {
+    const int64_t j1 = std::min(block.count, j0 + kValueRun);
+    int64_t g = 0;
+    for (; g + 3 <= block_heads(block); g += 3) accumulate_heads<T, 3>(block, g, j0, j1);
+    switch (block_heads(block) - g) {
+      case 2:
+        accumulate_heads<T, 2>(block, g, j0, j1);
+        break;
+      case 1:
+        accumulate_heads<T, 1>(block, g, j0, j1);
+        break;
+    }
   }
 }
 

@@ -80,8 +80,8 @@ void block_scores(const AttentionBlock& block) {
     }
     const __mmask16 valid =
         static_cast<__mmask16>(count - first >= 16 ? 0xffff : (1u << (count - first)) - 1);
-    for (int64_t g = 0; g < block.group; ++g) {
-      const float* q = block.q + g * dim;
+    for (int64_t g = 0; g < block_heads(block); ++g) {
+      const float* q = head_q(block, g);
       __m512 acc[16];
       for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
       for (int64_t d = 0; d < dim; d += 16) {
@@ -98,13 +98,17 @@ void block_scores(const AttentionBlock& block) {
 
 // acc[g][c] for NG heads and NC 16-float chunks starting at d0.
 template <typename T, int NG, int NC>
-void accumulate_values(const AttentionBlock& block, int64_t g0, int64_t d0) {
+void accumulate_values(const AttentionBlock& block, int64_t g0, int64_t d0, int64_t j0,
+                       int64_t j1) {
   __m512 acc[NG][NC];
   for (int g = 0; g < NG; ++g) {
-    for (int c = 0; c < NC; ++c) acc[g][c] = _mm512_setzero_ps();
+    const float* partial = head_partial(block, g0 + g) + 2 + d0;
+    for (int c = 0; c < NC; ++c) {
+      acc[g][c] = j0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(partial + 16 * c);
+    }
   }
   const float* p = block.scores + g0 * kAttentionKeyBlock;
-  for (int64_t j = 0; j < block.count; ++j) {
+  for (int64_t j = j0; j < j1; ++j) {
     const T* value = static_cast<const T*>(block.values) + j * block.kv_stride + d0;
     if (block.fetch_ahead) {
       prefetch_rows(static_cast<const T*>(block.values) + d0, j + kKvRowsAhead,
@@ -118,32 +122,31 @@ void accumulate_values(const AttentionBlock& block, int64_t g0, int64_t d0) {
     }
   }
   for (int g = 0; g < NG; ++g) {
-    float* out = block.partial + (g0 + g) * (2 + block.head_dim) + 2 + d0;
+    float* out = head_partial(block, g0 + g) + 2 + d0;
     for (int c = 0; c < NC; ++c) _mm512_storeu_ps(out + 16 * c, acc[g][c]);
   }
 }
 
 template <typename T, int NG>
-void accumulate_heads(const AttentionBlock& block, int64_t g0) {
+void accumulate_heads(const AttentionBlock& block, int64_t g0, int64_t j0, int64_t j1) {
   const int64_t chunks = block.head_dim / 16;
   int64_t c = 0;
-  for (; c + 4 <= chunks; c += 4) accumulate_values<T, NG, 4>(block, g0, 16 * c);
+  for (; c + 4 <= chunks; c += 4) accumulate_values<T, NG, 4>(block, g0, 16 * c, j0, j1);
   switch (chunks - c) {
     case 3:
-      return accumulate_values<T, NG, 3>(block, g0, 16 * c);
+      return accumulate_values<T, NG, 3>(block, g0, 16 * c, j0, j1);
     case 2:
-      return accumulate_values<T, NG, 2>(block, g0, 16 * c);
+      return accumulate_values<T, NG, 2>(block, g0, 16 * c, j0, j1);
     case 1:
-      return accumulate_values<T, NG, 1>(block, g0, 16 * c);
+      return accumulate_values<T, NG, 1>(block, g0, 16 * c, j0, j1);
   }
 }
 
 template <typename T>
 void attend_block(const AttentionBlock& block) {
-  const int64_t dim = block.head_dim;
   const int64_t padded = (block.count + 15) / 16 * 16;
   block_scores<T>(block);
-  for (int64_t g = 0; g < block.group; ++g) {
+  for (int64_t g = 0; g < block_heads(block); ++g) {
     float* scores = block.scores + g * kAttentionKeyBlock;
     __m512 peak = _mm512_set1_ps(-INFINITY);
     for (int64_t j = 0; j < padded; j += 16)
@@ -155,19 +158,27 @@ void attend_block(const AttentionBlock& block) {
       _mm512_storeu_ps(scores + j, e);
       sum = _mm512_add_ps(sum, e);
     }
-    float* partial = block.partial + g * (2 + dim);
+    float* partial = head_partial(block, g);
     partial[0] = _mm512_cvtss_f32(peak_all);
     partial[1] = reduce16_lanes(sum);
   }
-  int64_t g = 0;
-  for (; g + 4 <= block.group; g += 4) accumulate_heads<T, 4>(block, g);
-  switch (block.group - g) {
-    case 3:
-      return accumulate_heads<T, 3>(block, g);
-    case 2:
-      return accumulate_heads<T, 2>(block, g);
-    case 1:
-      return accumulate_heads<T, 1>(block, g);
+  // A run of keys at a time for every head, so that its value rows stay in L1 while each pass of
+  // heads reads them; the passes carry their sums from run to run through the partials.
+  for (int64_t j0 = 0; j0 < block.count; j0 += kValueRun) {
+    const int64_t j1 = std::min(block.count, j0 + kValueRun);
+    int64_t g = 0;
+    for (; g + 4 <= block_heads(block); g += 4) accumulate_heads<T, 4>(block, g, j0, j1);
+    switch (block_heads(block) - g) {
+      case 3:
+        accumulate_heads<T, 3>(block, g, j0, j1);
+        break;
+      case 2:
+        accumulate_heads<T, 2>(block, g, j0, j1);
+        break;
+      case 1:
+        accumulate_heads<T, 1>(block, g, j0, j1);
+        break;
+    }
   }
 }
 

@@ -26,9 +26,9 @@ void attend_block_ref(const AttentionBlock& block) {
   // One row widened at a time; kept per thread, as the SIMD kernels keep their key tile.
   thread_local std::vector<float> row;
   if (block.kv_type == KvType::f16 && row.size() < static_cast<size_t>(dim)) row.resize(dim);
-  for (int64_t g = 0; g < block.group; ++g) {
-    const float* q = block.q + g * dim;
-    float* scores = block.scores + g * kAttentionKeyBlock;
+  for (int64_t h = 0; h < block_heads(block); ++h) {
+    const float* q = head_q(block, h);
+    float* scores = block.scores + h * kAttentionKeyBlock;
     for (int64_t j = 0; j < count; ++j) {
       const float* key = kv_row(block, block.keys, j, row);
       float lanes[16] = {};
@@ -42,7 +42,7 @@ void attend_block_ref(const AttentionBlock& block) {
       scores[j] = exp_block(scores[j] - peak);
       lanes[j % 16] += scores[j];
     }
-    float* partial = block.partial + g * (2 + dim);
+    float* partial = head_partial(block, h);
     partial[0] = peak;
     partial[1] = reduce16(lanes);
     float* acc = partial + 2;
