@@ -14,6 +14,7 @@
 // head_dim in multiples of 16 and leave other sizes to the reference. Bit equality holds for finite
 // inputs. Keep every product in the SIMD kernels away from a following add: GCC's default
 // -ffp-contract=fast would fuse the pair into an fma the reference does not make.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -72,6 +73,28 @@ inline float* head_partial(const AttentionBlock& block, int64_t h) {
 void attend_block_ref(const AttentionBlock& block);
 void attend_block_avx2(const AttentionBlock& block);
 void attend_block_avx512(const AttentionBlock& block);
+
+// Step 5 over every head of the block, kValueRun keys at a time, so that a run's value rows stay
+// in L1 while each pass of heads reads them (the passes carry their sums from run to run through
+// the partials): pass.template operator()<n>(first_head, j0, j1) accumulates keys [j0, j1) for n
+// heads, in passes of NG heads and one of the rest.
+template <int N, typename Pass>
+void pass_of_the_rest(int64_t rest, int64_t g, int64_t j0, int64_t j1, Pass& pass) {
+  if constexpr (N > 0) {
+    if (rest == N) return pass.template operator()<N>(g, j0, j1);
+    pass_of_the_rest<N - 1>(rest, g, j0, j1, pass);
+  }
+}
+template <int NG, typename Pass>
+void accumulate_in_runs(const AttentionBlock& block, Pass&& pass) {
+  const int64_t heads = block_heads(block);
+  for (int64_t j0 = 0; j0 < block.count; j0 += kValueRun) {
+    const int64_t j1 = std::min(block.count, j0 + kValueRun);
+    int64_t g = 0;
+    for (; g + NG <= heads; g += NG) pass.template operator()<NG>(g, j0, j1);
+    pass_of_the_rest<NG - 1>(heads - g, g, j0, j1, pass);
+  }
+}
 
 // dst[r · dim + d] = the f16 value src[r · stride + d] widened to fp32 (exactly), for `rows` rows:
 // one kv head's keys or values of an f16 cache, packed for the block kernels.

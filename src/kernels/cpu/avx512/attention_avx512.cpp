@@ -162,24 +162,9 @@ void attend_block(const AttentionBlock& block) {
     partial[0] = _mm512_cvtss_f32(peak_all);
     partial[1] = reduce16_lanes(sum);
   }
-  // A run of keys at a time for every head, so that its value rows stay in L1 while each pass of
-  // heads reads them; the passes carry their sums from run to run through the partials.
-  for (int64_t j0 = 0; j0 < block.count; j0 += kValueRun) {
-    const int64_t j1 = std::min(block.count, j0 + kValueRun);
-    int64_t g = 0;
-    for (; g + 4 <= block_heads(block); g += 4) accumulate_heads<T, 4>(block, g, j0, j1);
-    switch (block_heads(block) - g) {
-      case 3:
-        accumulate_heads<T, 3>(block, g, j0, j1);
-        break;
-      case 2:
-        accumulate_heads<T, 2>(block, g, j0, j1);
-        break;
-      case 1:
-        accumulate_heads<T, 1>(block, g, j0, j1);
-        break;
-    }
-  }
+  accumulate_in_runs<4>(block, [&]<int NH>(int64_t g, int64_t j0, int64_t j1) {
+    accumulate_heads<T, NH>(block, g, j0, j1);
+  });
 }
 
 }  // namespace
