@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "kernels/cpu/exp_block.h"
 #include "kernels/ops.h"
@@ -64,6 +65,14 @@ inline int64_t block_heads(const AttentionBlock& block) {
 }
 inline const float* head_q(const AttentionBlock& block, int64_t h) {
   return block.q + h / block.group * block.q_row_stride + h % block.group * block.head_dim;
+}
+// head_q of every head, for the loops that visit every head once per key tile (no division per
+// head and tile).
+inline const std::vector<const float*>& head_queries(const AttentionBlock& block) {
+  thread_local std::vector<const float*> queries;
+  queries.resize(static_cast<size_t>(block_heads(block)));
+  for (int64_t h = 0; h < block_heads(block); ++h) queries[h] = head_q(block, h);
+  return queries;
 }
 inline float* head_partial(const AttentionBlock& block, int64_t h) {
   return block.partial + h / block.group * block.partial_row_stride +

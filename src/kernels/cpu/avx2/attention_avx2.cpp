@@ -70,6 +70,7 @@ void block_scores(const AttentionBlock& block) {
   const __m256 scale = _mm256_set1_ps(block.scale), minus_infinity = _mm256_set1_ps(-INFINITY);
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   const T* keys = static_cast<const T*>(block.keys);
+  const std::vector<const float*>& queries = head_queries(block);
   thread_local std::vector<float> tile;
   if constexpr (std::is_same_v<T, uint16_t>) {
     if (tile.size() < static_cast<size_t>(8 * dim)) tile.resize(8 * dim);
@@ -92,7 +93,7 @@ void block_scores(const AttentionBlock& block) {
     const __m256 valid = _mm256_castsi256_ps(
         _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count - first)), lane));
     for (int64_t g = 0; g < block_heads(block); ++g) {
-      const float* q = head_q(block, g);
+      const float* q = queries[g];
       __m256 b[8];
       dot_lanes4(q, key, dim, b);
       dot_lanes4(q, key + 4, dim, b + 4);

@@ -59,6 +59,7 @@ void block_scores(const AttentionBlock& block) {
   const int64_t dim = block.head_dim, count = block.count;
   const __m512 scale = _mm512_set1_ps(block.scale), minus_infinity = _mm512_set1_ps(-INFINITY);
   const T* keys = static_cast<const T*>(block.keys);
+  const std::vector<const float*>& queries = head_queries(block);
   thread_local std::vector<float> tile;
   if constexpr (std::is_same_v<T, uint16_t>) {
     if (tile.size() < static_cast<size_t>(16 * dim)) tile.resize(16 * dim);
@@ -81,7 +82,7 @@ void block_scores(const AttentionBlock& block) {
     const __mmask16 valid =
         static_cast<__mmask16>(count - first >= 16 ? 0xffff : (1u << (count - first)) - 1);
     for (int64_t g = 0; g < block_heads(block); ++g) {
-      const float* q = head_q(block, g);
+      const float* q = queries[g];
       __m512 acc[16];
       for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
       for (int64_t d = 0; d < dim; d += 16) {
