@@ -229,9 +229,10 @@ void causal_attention_batch_isa(Isa isa, const AttentionSequence* sequences, int
         const Segment& seg = wave[s];
         const AttentionSequence& sequence = *seg.sequence;
         const int64_t local = item - seg.first_item;
-        const int64_t run = local % seg.row_runs();
-        const int64_t block = (local / seg.row_runs()) % seg.max_blocks;
-        const int64_t kv = local / (seg.row_runs() * seg.max_blocks);
+        const int64_t runs = seg.row_runs();
+        const int64_t run = local % runs;
+        const int64_t block = (local / runs) % seg.max_blocks;
+        const int64_t kv = local / (runs * seg.max_blocks);
         const int64_t run_begin = run * kRowsPerPass;
         const int64_t run_end = std::min(seg.rows, run_begin + kRowsPerPass);
         const int64_t begin = block * kAttentionKeyBlock;
@@ -419,16 +420,22 @@ void block_attention_isa(Isa isa, const BlockAttentionSpec& spec, const float* q
                                                                 int64_t run) {
     return base + ((i * spec.kv_heads + kv) * max_runs + run) * partial_size;
   };
-  // The keys row i reads in a run: [begin, end), empty when it has fewer runs.
-  const auto keys_of = [&](int64_t i, int64_t run) -> std::pair<int64_t, int64_t> {
+  // The keys row i reads in a run: [begin, end) of the context or the block, empty when it has
+  // fewer runs.
+  struct RunKeys {
+    bool in_context = false;
+    int64_t begin = 0, end = 0;
+    bool operator==(const RunKeys&) const = default;
+  };
+  const auto keys_of = [&](int64_t i, int64_t run) -> RunKeys {
     const RowRuns& r = row_runs[i];
-    if (run >= r.runs) return {0, 0};
+    if (run >= r.runs) return {};
     if (run < r.context_runs) {
       const int64_t begin = r.context_begin + run * kAttentionKeyBlock;
-      return {begin, std::min(past, begin + kAttentionKeyBlock)};
+      return {true, begin, std::min(past, begin + kAttentionKeyBlock)};
     }
     const int64_t begin = r.block_begin + (run - r.context_runs) * kAttentionKeyBlock;
-    return {begin, std::min(r.block_end, begin + kAttentionKeyBlock)};
+    return {false, begin, std::min(r.block_end, begin + kAttentionKeyBlock)};
   };
   ThreadPool& pool = default_pool();
   pool.parallel_for(spec.kv_heads * max_runs, 1, [&](int64_t first, int64_t last, int) {
@@ -439,14 +446,10 @@ void block_attention_isa(Isa isa, const BlockAttentionSpec& spec, const float* q
     for (int64_t item = first; item < last; ++item) {
       const int64_t run = item % max_runs, kv = item / max_runs;
       for (int64_t i = 0; i < rows;) {
-        const auto [begin, end] = keys_of(i, run);
-        const bool in_context = run < row_runs[i].context_runs;
+        const RunKeys keys = keys_of(i, run);
+        const auto [in_context, begin, end] = keys;
         int64_t next = i + 1;
-        while (next < rows && run < row_runs[next].runs &&
-               (run < row_runs[next].context_runs) == in_context &&
-               keys_of(next, run).first == begin && keys_of(next, run).second == end) {
-          ++next;
-        }
+        while (next < rows && keys_of(next, run) == keys) ++next;
         if (end > begin) {
           const int64_t offset = begin * stride + kv * dim;
           cpu::AttentionBlock task;
