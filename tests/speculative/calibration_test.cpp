@@ -113,10 +113,12 @@ TEST_F(Calibrate, TimesDraftingAgainAtTheDeepContext) {
   options_.mode = "dspark";
   options_.drafter_name = "depth-cost";
   const Calibration calibration = calibrate(*model_, drafter, options_);
-  // 5 us a row: its context grown from 128 rows to the deep 1,024, a draft costs 4.5 ms more.
+  // 5 us a row: its context grown from 128 rows to the deep 1,024, a draft costs at least 4.5 ms
+  // more (a spin ends at its deadline or later; on cores shared with other tests, up to a few
+  // scheduler slices later, so the upper bound only rules out a wrong scale).
   EXPECT_GT(calibration.curves.drafter_slope_ms_per_token, 0.0035);
-  EXPECT_LT(calibration.curves.drafter_slope_ms_per_token, 0.02);
-  EXPECT_NEAR(calibration.curves.drafter(7, 1024) - calibration.curves.drafter(7, 128), 4.5, 3.0);
+  EXPECT_LT(calibration.curves.drafter_slope_ms_per_token, 0.1);
+  EXPECT_GT(calibration.curves.drafter(7, 1024) - calibration.curves.drafter(7, 128), 3.0);
 }
 
 // A drafter quantised at another width drafts at another cost: --drafter-bits keys its own curves.
