@@ -84,9 +84,8 @@ struct QuantStorage {
     tile_values.resize(static_cast<size_t>(dspark::kernels::tile_values_bytes(w)));
     dspark::kernels::pack_tile_values(w, tile_values.data());
     w.tile_values = tile_values.data();
-    if (experts > 1) return;
+    if (experts > 1 || !dspark::kernels::products_read_tile_codes(w.format.bits)) return;
     tile_codes.resize(static_cast<size_t>(dspark::kernels::tile_codes_bytes(w)));
-    if (tile_codes.empty()) return;
     dspark::kernels::pack_tile_codes(w, tile_codes.data());
     w.tile_codes = tile_codes.data();
   }

@@ -328,20 +328,21 @@ void dequantize(const QuantMatrix& w, int64_t expert, int64_t row_begin, int64_t
       stride = 2 * cpu::kTileValueRows;
       first = tile * groups * stride;
     }
-    // Likewise the tile codes (4 bits): row r's byte j of a block is byte j % 4 of dword r of
-    // vector j / 4.
+    // Likewise the tile codes (4 and 8 bits): row r's byte j of a block is byte j % 4 of dword r
+    // of vector j / 4.
     const uint8_t* tile_codes = nullptr;
+    const int64_t tile_block_bytes = cpu::tile_code_block_bytes(bits);
     if (w.tile_codes != nullptr) {
       const int64_t tile = expert * tiles + row / cpu::kTileValueRows;
-      tile_codes = w.tile_codes + tile * (w.cols / cpu::kInt8Block) * cpu::kTileCodeBytes +
+      tile_codes = w.tile_codes + tile * (w.cols / cpu::kInt8Block) * tile_block_bytes +
                    row % cpu::kTileValueRows * 4;
     }
     for (int64_t k = 0; k < w.cols; ++k) {
       uint32_t window = 0;
       const int64_t first_bit = k * bits;
       if (tile_codes != nullptr) {
-        const int64_t byte = k % cpu::kInt8Block / 2;
-        window = tile_codes[k / cpu::kInt8Block * cpu::kTileCodeBytes + byte / 4 * 32 + byte % 4];
+        const int64_t byte = k % cpu::kInt8Block * bits / 8;
+        window = tile_codes[k / cpu::kInt8Block * tile_block_bytes + byte / 4 * 32 + byte % 4];
       } else {
         const int64_t byte = first_bit / 8;
         window = packed[byte];
@@ -532,31 +533,37 @@ void pack_tile_values(const QuantMatrix& w, uint8_t* out, const RowsPacked& rows
   });
 }
 
+bool has_tile_codes_layout(int bits) {
+  return bits == 4 || bits == 8;
+}
+
 int64_t tile_codes_bytes(const QuantMatrix& w) {
-  if (w.format.bits != 4) return 0;
+  if (!has_tile_codes_layout(w.format.bits)) return 0;
   return w.experts * cpu::tiles_per_expert(w.rows) * (w.cols / cpu::kInt8Block) *
-         cpu::kTileCodeBytes;
+         cpu::tile_code_block_bytes(w.format.bits);
 }
 
 void pack_tile_codes(const QuantMatrix& w, uint8_t* out, const RowsPacked& rows_packed) {
-  if (w.format.bits != 4) fail("pack_tile_codes: {}-bit codes have no tile layout", w.format.bits);
-  constexpr int64_t kBlockBytes = cpu::kInt8Block / 2;  // one row's 32 codes
+  const int bits = w.format.bits;
+  if (!has_tile_codes_layout(bits)) fail("pack_tile_codes: {}-bit codes have no tile layout", bits);
+  const int64_t block_bytes = cpu::kInt8Block * bits / 8;  // one row's 32 codes
+  const int64_t tile_block_bytes = cpu::tile_code_block_bytes(bits);
   const int64_t tiles = cpu::tiles_per_expert(w.rows);
   const int64_t blocks = w.cols / cpu::kInt8Block;
-  const int64_t row_bytes = w.cols / 2;
+  const int64_t row_bytes = w.cols * bits / 8;
   pack_in_slices(w, rows_packed, [&](int64_t first, int64_t end) {
     for (int64_t tile = first; tile < end; ++tile) {
       const int64_t expert = tile / tiles;
       const int64_t first_row = tile % tiles * cpu::kTileValueRows;
-      uint8_t* tile_out = out + tile * blocks * cpu::kTileCodeBytes;
+      uint8_t* tile_out = out + tile * blocks * tile_block_bytes;
       for (int r = 0; r < cpu::kTileValueRows; ++r) {
         const bool inside = first_row + r < w.rows;
         const uint8_t* row = w.packed + (expert * w.rows + first_row + r) * row_bytes;
         for (int64_t b = 0; b < blocks; ++b) {
-          for (int64_t s = 0; s < cpu::kTileCodeVectors; ++s) {
-            uint8_t* dword = tile_out + b * cpu::kTileCodeBytes + s * 32 + r * 4;
+          for (int64_t s = 0; s < cpu::tile_code_vectors(bits); ++s) {
+            uint8_t* dword = tile_out + b * tile_block_bytes + s * 32 + r * 4;
             if (inside) {
-              std::memcpy(dword, row + b * kBlockBytes + s * 4, 4);
+              std::memcpy(dword, row + b * block_bytes + s * 4, 4);
             } else {
               std::memset(dword, 0, 4);
             }
@@ -570,6 +577,11 @@ void pack_tile_codes(const QuantMatrix& w, uint8_t* out, const RowsPacked& rows_
 bool products_read_tile_values() {
   if (numerics() != Numerics::int8) return false;
   return best_isa() != Isa::scalar;
+}
+
+bool products_read_tile_codes(int bits) {
+  if (!products_read_tile_values()) return false;
+  return bits == 4 || (bits == 8 && best_isa() == Isa::avx512vnni);
 }
 
 const char* isa_name(Isa isa) {
@@ -821,7 +833,12 @@ template <typename Run, typename Evict>
 void run_planned(const QuantMatrix& w, Numerics numerics, int64_t rows, bool gathered,
                  const Run& run, const Evict& evict) {
   static const std::vector<Isa> candidates = product_candidates();
-  if (candidates.size() == 1 || rows <= 0 || rows > kPlannedRows) return run(candidates.front());
+  // Only the best ISA's kernel reads tile codes of other widths than 4 bits (quant.h); the others
+  // would read the originals, whose pages the loader released.
+  const bool codes_for_best = w.tile_codes != nullptr && w.format.bits != 4;
+  if (candidates.size() == 1 || codes_for_best || rows <= 0 || rows > kPlannedRows) {
+    return run(candidates.front());
+  }
   const PlanKey key = plan_key(w, numerics, rows, gathered);
   KernelPlan& plan = kernel_plan();
   if (const std::optional<Isa> isa = plan.find(key)) return run(*isa);

@@ -57,8 +57,8 @@ struct QuantMatrix {
   // Optional: the scales and biases again, as pack_tile_values lays them out for the int8 kernels,
   // which then read them instead of transposing each tile's values. Null: they transpose.
   const uint8_t* tile_values = nullptr;
-  // Optional, 4-bit only: the codes again, as pack_tile_codes lays them out for the int8 kernels,
-  // which then load each block's 8 rows as 4 vectors instead of transposing them.
+  // Optional, 4- and 8-bit only: the codes again, as pack_tile_codes lays them out for the int8
+  // kernels, which then load each block's 8 rows as 4 (8) vectors instead of transposing them.
   const uint8_t* tile_codes = nullptr;
 
   int64_t words_per_row() const { return cols * format.bits / 32; }
@@ -117,13 +117,18 @@ void pack_tile_values(const QuantMatrix& w, uint8_t* out, const RowsPacked& rows
 // Whether the int8 products of this process read tile values: numerics() is int8 and
 // best_isa() is not scalar.
 bool products_read_tile_values();
-// Tile codes of a 4-bit matrix: per expert, per tile of 8 rows (the last one padded with zero
-// rows), per block of 32 inputs, 128 bytes: 4 vectors of 32 bytes whose dword r of vector s holds
-// bytes 4s .. 4s+3 of row r's 16 packed bytes of the block (order: kernels/cpu/quant_impl.h). The
-// same bytes as the packed codes, plus the padding; 0 for other bit widths, which have none. A
-// loader that packs them should release the originals' pages, as with tile values.
+// Tile codes of a 4- or 8-bit matrix: per expert, per tile of 8 rows (the last one padded with zero
+// rows), per block of 32 inputs, 128 (256) bytes: 4 (8) vectors of 32 bytes whose dword r of
+// vector s holds bytes 4s .. 4s+3 of row r's 16 (32) packed bytes of the block (order:
+// kernels/cpu/quant_impl.h). The same bytes as the packed codes, plus the padding; 0 for other bit
+// widths, which have none. A loader that packs them should release the originals' pages, as with
+// tile values.
 int64_t tile_codes_bytes(const QuantMatrix& w);
 void pack_tile_codes(const QuantMatrix& w, uint8_t* out, const RowsPacked& rows_packed = {});
+// Whether the int8 products of this process read the tile codes of `bits`-bit matrices: 4 bits
+// wherever they read tile values; 8 bits only where the best ISA is AVX-512 VNNI, whose kernel
+// alone reads them (products of such a matrix then always run it).
+bool products_read_tile_codes(int bits);
 
 // Quantize `rows` x `cols` fp32 weights the way mlx.core.quantize does, bit for bit. Scales and
 // biases are written in scale_dtype (the dtype of the source weights in MLX).

@@ -102,7 +102,8 @@ void pack_tile_layouts(LinearWeights& linear, bool with_codes,
   kernels::pack_tile_values(linear.quant, values.get(), values_packed);
   linear.quant.tile_values = values.get();
   linear.tile_values = std::move(values);
-  const int64_t bytes = with_codes ? kernels::tile_codes_bytes(linear.quant) : 0;
+  const bool codes_read = with_codes && kernels::products_read_tile_codes(linear.quant.format.bits);
+  const int64_t bytes = codes_read ? kernels::tile_codes_bytes(linear.quant) : 0;
   if (bytes == 0) return;
   std::shared_ptr<uint8_t[]> codes = std::make_shared_for_overwrite<uint8_t[]>(bytes);
   kernels::pack_tile_codes(linear.quant, codes.get(), codes_packed);

@@ -22,7 +22,7 @@ struct LinearWeights {
   std::vector<float> bias;  // empty when the module has no bias
   // What quant.tile_values points into, when the loader packed them.
   std::shared_ptr<const uint8_t[]> tile_values;
-  // What quant.tile_codes points into, when the loader packed them (4-bit matrices).
+  // What quant.tile_codes points into, when the loader packed them (4- and 8-bit matrices).
   std::shared_ptr<const uint8_t[]> tile_codes;
 
   int64_t rows() const { return quantized ? quant.rows : dense.rows; }
@@ -54,9 +54,9 @@ LinearWeights load_linear(const Checkpoint& checkpoint, const std::string& path,
                           bool lookups_only = false);
 
 // Where this process's int8 products read tile values (kernels::products_read_tile_values), packs
-// a quantized module's tile values and, `with_codes`, its tile codes (4-bit only), and points the
-// matrix at them; the packing callbacks are as kernels::pack_tile_values' rows_packed. Otherwise
-// (or for an unquantized module) does nothing.
+// a quantized module's tile values and, `with_codes`, its tile codes where the products read them
+// (kernels::products_read_tile_codes), and points the matrix at them; the packing callbacks are as
+// kernels::pack_tile_values' rows_packed. Otherwise (or for an unquantized module) does nothing.
 void pack_tile_layouts(LinearWeights& linear, bool with_codes,
                        const kernels::RowsPacked& values_packed = {},
                        const kernels::RowsPacked& codes_packed = {});

@@ -204,16 +204,16 @@ void check_tiled_products(const QuantMatrix& w, const QuantMatrix& tiled, int64_
   }
 }
 
-// A matrix with tile values and, at 4 bits, tile codes (quant.h) gives every ISA's int8 products,
-// and dequantization, the bits it gives without them: 37 rows (a partial last tile), 3 experts,
-// dense and gathered, every batch size kind; codes with and without values.
+// A matrix with tile values and, at 4 and 8 bits, tile codes (quant.h) gives every ISA's int8
+// products, and dequantization, the bits it gives without them: 37 rows (a partial last tile), 3
+// experts, dense and gathered, every batch size kind; codes with and without values.
 TEST_P(QuantInt8Test, TileValuesAndCodesChangeNoBit) {
   const int64_t rows = 37, cols = 5 * group(), experts = 3;
   const auto matrix = make_quant_matrix(bits(), group(), scale_dtype(), experts, rows, cols, 23);
   std::vector<uint8_t> values(static_cast<size_t>(tile_values_bytes(matrix.w)));
   pack_tile_values(matrix.w, values.data());
   std::vector<uint8_t> codes(static_cast<size_t>(tile_codes_bytes(matrix.w)));
-  ASSERT_EQ(codes.empty(), bits() != 4);
+  ASSERT_EQ(codes.empty(), bits() != 4 && bits() != 8);
   if (!codes.empty()) pack_tile_codes(matrix.w, codes.data());
   std::vector<QuantMatrix> variants(1, matrix.w);
   variants[0].tile_values = values.data();
@@ -530,32 +530,44 @@ TEST(TileValues, PackingReportsRowsPacked) {
   EXPECT_EQ(reported, quiet);
 }
 
-// The tile codes' layout: byte j of row r's block b (codes 2j, 2j + 1) at byte j % 4 of dword r of
-// vector j / 4 of (tile, block); zeros past the last row; progress in stored rows as for values.
+// The tile codes' layout: byte j of row r's block b (4 bits: codes 2j, 2j + 1; 8 bits: code j) at
+// byte j % 4 of dword r of vector j / 4 of (tile, block); zeros past the last row; progress in
+// stored rows as for values. Other widths have no tile codes.
 TEST(TileCodes, EveryByteAtItsSlot) {
   const int64_t rows = 11, cols = 96, blocks = 3, experts = 2;
-  const auto matrix = make_quant_matrix(4, 32, DType::BF16, experts, rows, cols, 95);
-  std::vector<uint8_t> codes(static_cast<size_t>(tile_codes_bytes(matrix.w)), 0xAB);
-  ASSERT_EQ(static_cast<int64_t>(codes.size()), experts * 2 * blocks * 128);
-  std::vector<int64_t> reported;
-  pack_tile_codes(matrix.w, codes.data(), [&](int64_t n) { reported.push_back(n); });
-  EXPECT_EQ(reported, (std::vector<int64_t>{experts * rows}));
-  for (int64_t expert = 0; expert < experts; ++expert) {
-    for (int64_t row = 0; row < 16; ++row) {
-      for (int64_t b = 0; b < blocks; ++b) {
-        for (int64_t j = 0; j < 16; ++j) {
-          const uint8_t* block = codes.data() + ((expert * 2 + row / 8) * blocks + b) * 128;
-          const uint8_t want =
-              row < rows ? matrix.w.packed[(expert * rows + row) * cols / 2 + b * 16 + j] : 0;
-          EXPECT_EQ(block[j / 4 * 32 + row % 8 * 4 + j % 4], want)
-              << "expert " << expert << " row " << row << " block " << b << " byte " << j;
+  for (const int bits : {4, 8}) {
+    SCOPED_TRACE(std::to_string(bits) + " bits");
+    const int64_t block_bytes = 32 * bits / 8;  // a row's bytes of one block
+    const int64_t tile_block_bytes = 8 * block_bytes;
+    const auto matrix = make_quant_matrix(bits, 32, DType::BF16, experts, rows, cols, 95);
+    std::vector<uint8_t> codes(static_cast<size_t>(tile_codes_bytes(matrix.w)), 0xAB);
+    ASSERT_EQ(static_cast<int64_t>(codes.size()), experts * 2 * blocks * tile_block_bytes);
+    std::vector<int64_t> reported;
+    pack_tile_codes(matrix.w, codes.data(), [&](int64_t n) { reported.push_back(n); });
+    EXPECT_EQ(reported, (std::vector<int64_t>{experts * rows}));
+    for (int64_t expert = 0; expert < experts; ++expert) {
+      for (int64_t row = 0; row < 16; ++row) {
+        for (int64_t b = 0; b < blocks; ++b) {
+          for (int64_t j = 0; j < block_bytes; ++j) {
+            const uint8_t* block =
+                codes.data() + ((expert * 2 + row / 8) * blocks + b) * tile_block_bytes;
+            const uint8_t want =
+                row < rows ? matrix.w.packed[(expert * rows + row) * blocks * block_bytes +
+                                             b * block_bytes + j]
+                           : 0;
+            EXPECT_EQ(block[j / 4 * 32 + row % 8 * 4 + j % 4], want)
+                << "expert " << expert << " row " << row << " block " << b << " byte " << j;
+          }
         }
       }
     }
   }
-  const auto eight_bit = make_quant_matrix(8, 32, DType::BF16, 1, 8, 32, 96);
-  EXPECT_EQ(tile_codes_bytes(eight_bit.w), 0);
-  EXPECT_THROW(pack_tile_codes(eight_bit.w, codes.data()), Error);
+  for (const int bits : {2, 3, 5, 6}) {
+    const auto other = make_quant_matrix(bits, 32, DType::BF16, 1, 8, 32, 96);
+    EXPECT_EQ(tile_codes_bytes(other.w), 0) << bits << " bits";
+    std::vector<uint8_t> codes(256);
+    EXPECT_THROW(pack_tile_codes(other.w, codes.data()), Error) << bits << " bits";
+  }
 }
 
 TEST(QuantNumerics, NamesParseAndErrors) {

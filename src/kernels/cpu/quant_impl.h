@@ -127,10 +127,17 @@ constexpr float kF16Max = 65504.0f;
 // Quantized activations are made and read in blocks of this many inputs.
 constexpr int64_t kInt8Block = 32;
 
-// Tile codes (quant.h): per tile and block of 32 inputs, 4 vectors of 32 bytes, dword r of vector
-// s = bytes 4s .. 4s+3 of row r's 16 bytes (codes 8s .. 8s+7, two per byte).
-constexpr int64_t kTileCodeVectors = 4;
-constexpr int64_t kTileCodeBytes = kTileCodeVectors * 32;
+// Tile codes (quant.h): per tile and block of 32 inputs, one vector of 32 bytes per dword of a
+// row's block, dword r of vector s = bytes 4s .. 4s+3 of row r's block. At 4 bits, 4 vectors
+// (codes 8s .. 8s+7, two per byte); at 8 bits, 8 (codes 4s .. 4s+3).
+constexpr int64_t tile_code_vectors(int bits) {
+  return kInt8Block * bits / 8 / 4;
+}
+constexpr int64_t tile_code_block_bytes(int bits) {
+  return tile_code_vectors(bits) * 32;
+}
+constexpr int64_t kTileCodeVectors = tile_code_vectors(4);
+constexpr int64_t kTileCodeBytes = tile_code_block_bytes(4);
 
 // Activation rows spread for the 256-bit tiles' passes over 4-bit tile codes: each dword of x8
 // repeated in all 8 dwords of a 32-byte vector, so that vpmaddubsw reads the activations of a step

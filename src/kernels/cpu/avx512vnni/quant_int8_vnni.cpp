@@ -14,11 +14,14 @@
 // extra activation row costs 8 vpdpbusd per 16 rows and 32 inputs. Up to 4 rows (a short verify)
 // take a single pass with each block unpacked into registers as it is reached: there the buffer's
 // stores and reloads cost more than they save (2 and 3 rows of 4-bit codes 0.76-0.79x the time,
-// quant_bench qmatmul_cached). 4-bit tile codes (quant.h), packed at load, are interleaved
+// quant_bench qmatmul_cached). 4- and 8-bit tile codes (quant.h), packed at load, are interleaved
 // already, for every number of rows. A single activation row (decode) is bound by the weight
 // stream, and interleaving would cost more than the products: 4- and 8-bit codes without tile codes
 // multiply the activations as they lie in memory, 4 blocks per vector, and one reduction per 4
-// blocks gathers the 16 rows' sums; other widths interleave each block as they use it.
+// blocks gathers the 16 rows' sums; other widths interleave each block as they use it. The 8-bit
+// tile codes are one stream where the rows were 16, and need neither the reduction nor the
+// interleave: from memory, 8-bit products of one row took 0.81-0.89x the time and of 4 rows
+// 0.82-0.85x (quant_bench, one thread, Emerald Rapids; docs/benchmarks, session 42).
 #include <algorithm>
 #include <cstring>
 
@@ -337,18 +340,31 @@ void read_packed_chunk_values(DType dtype, PackedTiles values, int64_t count,
   }
 }
 
-// The steps of one block of 4-bit tile codes, each pointer at the block: vector s of an 8-row tile
-// holds dword s of its rows' 16 packed bytes, whose low nibbles are slots 4s .. 4s+3 and high
-// nibbles slots 16 + 4s .. 16 + 4s + 3, as unpack_interleaved<4> leaves them.
+// The steps of one block of tile codes, each pointer at the block. 4 bits: vector s of an 8-row
+// tile holds dword s of its rows' 16 packed bytes, whose low nibbles are slots 4s .. 4s+3 and high
+// nibbles slots 16 + 4s .. 16 + 4s + 3, as unpack_interleaved<4> leaves them. 8 bits: vector s is
+// step s as it is.
+template <int Bits>
 __attribute__((always_inline)) inline void unpack_tile_codes(PackedTiles codes, __m512i* steps) {
-  const __m512i nibble = _mm512_set1_epi8(15);
+  if constexpr (Bits == 8) {
+#pragma GCC unroll 8
+    for (int s = 0; s < kSteps; ++s) {
+      steps[s] = load_tile_pair(codes.first + 32 * s, codes.second + 32 * s);
+    }
+  } else {
+    const __m512i nibble = _mm512_set1_epi8(15);
 #pragma GCC unroll 4
-  for (int k = 0; k < static_cast<int>(kTileCodeVectors); ++k) {
-    const __m512i dwords = load_tile_pair(codes.first + 32 * k, codes.second + 32 * k);
-    steps[k] = _mm512_and_si512(dwords, nibble);
-    steps[k + 4] = _mm512_and_si512(_mm512_srli_epi16(dwords, 4), nibble);
+    for (int k = 0; k < static_cast<int>(kTileCodeVectors); ++k) {
+      const __m512i dwords = load_tile_pair(codes.first + 32 * k, codes.second + 32 * k);
+      steps[k] = _mm512_and_si512(dwords, nibble);
+      steps[k + 4] = _mm512_and_si512(_mm512_srli_epi16(dwords, 4), nibble);
+    }
   }
 }
+
+// Bits with a tile-codes layout (quant.h) this kernel reads.
+template <int Bits>
+constexpr bool kReadsTileCodes = Bits == 4 || Bits == 8;
 
 // The next tile's codes are prefetched in step with the current tile's progress, in memory order
 // (the tile's rows are contiguous, so the prefetches form one sequential stream), as in the AVX2
@@ -545,8 +561,8 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
     values = {w.tile_values + first_tile * value_tile_bytes,
               w.tile_values + (first_tile + next_tile) * value_tile_bytes};
   }
-  if (Bits == 4 && w.tile_codes != nullptr && tile_aligned) {
-    const int64_t code_tile_bytes = w.cols / kInt8Block * kTileCodeBytes;
+  if (kReadsTileCodes<Bits> && w.tile_codes != nullptr && tile_aligned) {
+    const int64_t code_tile_bytes = w.cols / kInt8Block * tile_code_block_bytes(Bits);
     tile_codes = {w.tile_codes + first_tile * code_tile_bytes,
                   w.tile_codes + (first_tile + next_tile) * code_tile_bytes};
   }
@@ -615,8 +631,8 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
     }
     const auto unpack_block = [&](int64_t b, __m512i * steps) __attribute__((always_inline)) {
       if (tile_codes.first != nullptr) {
-        const int64_t offset = (c0 / kInt8Block + b) * kTileCodeBytes;
-        unpack_tile_codes({tile_codes.first + offset, tile_codes.second + offset}, steps);
+        const int64_t offset = (c0 / kInt8Block + b) * tile_code_block_bytes(Bits);
+        unpack_tile_codes<Bits>({tile_codes.first + offset, tile_codes.second + offset}, steps);
       } else {
         unpack_interleaved<Bits>(packed, (c0 + b * kInt8Block) * Bits / 8, steps);
       }
