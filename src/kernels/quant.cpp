@@ -833,12 +833,7 @@ template <typename Run, typename Evict>
 void run_planned(const QuantMatrix& w, Numerics numerics, int64_t rows, bool gathered,
                  const Run& run, const Evict& evict) {
   static const std::vector<Isa> candidates = product_candidates();
-  // Only the best ISA's kernel reads tile codes of other widths than 4 bits (quant.h); the others
-  // would read the originals, whose pages the loader released.
-  const bool codes_for_best = w.tile_codes != nullptr && w.format.bits != 4;
-  if (candidates.size() == 1 || codes_for_best || rows <= 0 || rows > kPlannedRows) {
-    return run(candidates.front());
-  }
+  if (candidates.size() == 1 || rows <= 0 || rows > kPlannedRows) return run(candidates.front());
   const PlanKey key = plan_key(w, numerics, rows, gathered);
   KernelPlan& plan = kernel_plan();
   if (const std::optional<Isa> isa = plan.find(key)) return run(*isa);

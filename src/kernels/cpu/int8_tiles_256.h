@@ -269,6 +269,30 @@ alignas(32) constexpr uint8_t kHighPairWords[32] = {
     14, kZeroByte, 15, kZeroByte, 2,  kZeroByte, 3,  kZeroByte, 6,  kZeroByte, 7,  kZeroByte,
     10, kZeroByte, 11, kZeroByte, 14, kZeroByte, 15, kZeroByte};
 
+// Word steps 2k (codes 4k, 4k+1) and 2k + 1 (codes 4k+2, 4k+3) of every row from vector k = its
+// codes 4k .. 4k+3, for the 8 vectors of a block of 8-bit codes.
+__attribute__((always_inline)) inline void widen_byte_steps(const __m256i* dwords, __m256i* steps) {
+  const __m256i low_pair = _mm256_load_si256(reinterpret_cast<const __m256i*>(kLowPairWords));
+  const __m256i high_pair = _mm256_load_si256(reinterpret_cast<const __m256i*>(kHighPairWords));
+#pragma GCC unroll 8
+  for (int k = 0; k < kTileRows; ++k) {
+    steps[2 * k] = _mm256_shuffle_epi8(dwords[k], low_pair);
+    steps[2 * k + 1] = _mm256_shuffle_epi8(dwords[k], high_pair);
+  }
+}
+
+// The word steps of one block of 8-bit tile codes (quant.h), whose vector k is already what the
+// transpose of unpack_interleaved<8> leaves.
+__attribute__((always_inline)) inline void byte_steps_to_words(const uint8_t* block,
+                                                               __m256i* steps) {
+  __m256i dwords[kTileRows];
+#pragma GCC unroll 8
+  for (int k = 0; k < kTileRows; ++k) {
+    dwords[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 32 * k));
+  }
+  widen_byte_steps(dwords, steps);
+}
+
 // The 8 rows' block starting at packed[r] + offset, unpacked and interleaved into steps[kSteps].
 template <int Bits>
 void unpack_interleaved(const uint8_t* const* packed, int64_t offset, __m256i* steps) {
@@ -303,13 +327,7 @@ void unpack_interleaved(const uint8_t* const* packed, int64_t offset, __m256i* s
       rows[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(packed[r] + offset));
     }
     transpose8x8(rows, dwords);
-    const __m256i low_pair = _mm256_load_si256(reinterpret_cast<const __m256i*>(kLowPairWords));
-    const __m256i high_pair = _mm256_load_si256(reinterpret_cast<const __m256i*>(kHighPairWords));
-#pragma GCC unroll 8
-    for (int k = 0; k < kTileRows; ++k) {
-      steps[2 * k] = _mm256_shuffle_epi8(dwords[k], low_pair);
-      steps[2 * k + 1] = _mm256_shuffle_epi8(dwords[k], high_pair);
-    }
+    widen_byte_steps(dwords, steps);
     return;
   }
   __m256i rows[kTileRows * kCodeVectors<Bits>];
@@ -634,17 +652,23 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
     packed[r] = w.packed + stored_row * row_bytes;
     first_group[r] = stored_row * groups;
   }
-  // The tile's own codes when the matrix has them (4 bits) and the tile starts on a tile boundary.
+  // The tile's own codes when the matrix has them (4 and 8 bits) and the tile starts on a tile
+  // boundary.
   const uint8_t* tile_codes = nullptr;
-  if constexpr (Bits == 4) {
+  if constexpr (Bits == 4 || Bits == 8) {
     if (w.tile_codes != nullptr && row0 % kTileRows == 0) {
       tile_codes = w.tile_codes + (task.expert * tiles_per_expert(w.rows) + row0 / kTileRows) *
                                       kTileRows * row_bytes;
     }
   }
-  // Tile codes are unpacked with three instructions per vector, less than the buffer's build and
-  // reloads cost: from caches 0.95-0.98x at 16 rows (scripts/int8_tile_ab.sh, Zen 3).
-  single = single || tile_codes != nullptr;
+  // 4-bit tile codes are unpacked with three instructions per vector, less than the buffer's build
+  // and reloads cost: from caches 0.95-0.98x at 16 rows (scripts/int8_tile_ab.sh, Zen 3). 8-bit
+  // ones fill the buffer, every row count: they are its steps after a byte shuffle each.
+  if constexpr (Bits == 4) {
+    single = single || tile_codes != nullptr;
+  } else {
+    single = single && tile_codes == nullptr;
+  }
   // Spread activations (quant_impl.h) are read against the tile codes.
   const bool spread_codes = task.spread != nullptr && tile_codes != nullptr;
   // A tile's codes are kTileRows * row_bytes bytes in either layout, the next tile's right after.
@@ -691,10 +715,17 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
       __builtin_prefetch(ahead_chunk + line, 0, 1);
     }
     // Block b of the chunk in the tile codes.
+    constexpr int64_t kTileBlockBytes = tile_code_block_bytes(Bits);
     const uint8_t* chunk_codes =
-        tile_codes == nullptr ? nullptr : tile_codes + c0 / kInt8Block * kTileCodeBytes;
+        tile_codes == nullptr ? nullptr : tile_codes + c0 / kInt8Block * kTileBlockBytes;
     if (!single) {
       for (int64_t b = 0; b < blocks; ++b) {
+        if constexpr (Bits == 8) {
+          if (chunk_codes != nullptr) {
+            byte_steps_to_words(chunk_codes + b * kTileBlockBytes, codes[b]);
+            continue;
+          }
+        }
         unpack_interleaved<Bits>(packed, (c0 + b * kInt8Block) * Bits / 8, codes[b]);
       }
     }
