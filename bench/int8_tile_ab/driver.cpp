@@ -76,7 +76,8 @@ std::vector<MatrixCopy> random_copies(const Shape& shape, int64_t working_set,
     copy.tile_values.resize(tile_values_bytes(w));
     pack_tile_values(w, copy.tile_values.data());
     w.tile_values = copy.tile_values.data();
-    copy.tile_codes.resize(tile_codes_bytes(w));
+    // Tile codes where the loader packs them for this process (8 bits only on AVX-512 VNNI CPUs).
+    if (products_read_tile_codes(shape.bits)) copy.tile_codes.resize(tile_codes_bytes(w));
     if (!copy.tile_codes.empty()) {
       pack_tile_codes(w, copy.tile_codes.data());
       w.tile_codes = copy.tile_codes.data();
