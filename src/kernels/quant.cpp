@@ -533,9 +533,11 @@ void pack_tile_values(const QuantMatrix& w, uint8_t* out, const RowsPacked& rows
   });
 }
 
+namespace {
 bool has_tile_codes_layout(int bits) {
   return bits == 4 || bits == 8;
 }
+}  // namespace
 
 int64_t tile_codes_bytes(const QuantMatrix& w) {
   if (!has_tile_codes_layout(w.format.bits)) return 0;
