@@ -533,21 +533,15 @@ void pack_tile_values(const QuantMatrix& w, uint8_t* out, const RowsPacked& rows
   });
 }
 
-namespace {
-bool has_tile_codes_layout(int bits) {
-  return bits == 4 || bits == 8;
-}
-}  // namespace
-
 int64_t tile_codes_bytes(const QuantMatrix& w) {
-  if (!has_tile_codes_layout(w.format.bits)) return 0;
+  if (!cpu::has_tile_codes(w.format.bits)) return 0;
   return w.experts * cpu::tiles_per_expert(w.rows) * (w.cols / cpu::kInt8Block) *
          cpu::tile_code_block_bytes(w.format.bits);
 }
 
 void pack_tile_codes(const QuantMatrix& w, uint8_t* out, const RowsPacked& rows_packed) {
   const int bits = w.format.bits;
-  if (!has_tile_codes_layout(bits)) fail("pack_tile_codes: {}-bit codes have no tile layout", bits);
+  if (!cpu::has_tile_codes(bits)) fail("pack_tile_codes: {}-bit codes have no tile layout", bits);
   const int64_t block_bytes = cpu::kInt8Block * bits / 8;  // one row's 32 codes
   const int64_t tile_block_bytes = cpu::tile_code_block_bytes(bits);
   const int64_t tiles = cpu::tiles_per_expert(w.rows);
@@ -583,7 +577,7 @@ bool products_read_tile_values() {
 
 bool products_read_tile_codes(int bits) {
   if (!products_read_tile_values()) return false;
-  return bits == 4 || (bits == 8 && best_isa() == Isa::avx512vnni);
+  return cpu::has_tile_codes(bits) && (bits == 4 || best_isa() == Isa::avx512vnni);
 }
 
 const char* isa_name(Isa isa) {

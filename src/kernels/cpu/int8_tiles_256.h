@@ -655,7 +655,7 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
   // The tile's own codes when the matrix has them (4 and 8 bits) and the tile starts on a tile
   // boundary.
   const uint8_t* tile_codes = nullptr;
-  if constexpr (Bits == 4 || Bits == 8) {
+  if constexpr (has_tile_codes(Bits)) {
     if (w.tile_codes != nullptr && row0 % kTileRows == 0) {
       tile_codes = w.tile_codes + (task.expert * tiles_per_expert(w.rows) + row0 / kTileRows) *
                                       kTileRows * row_bytes;

@@ -130,6 +130,9 @@ constexpr int64_t kInt8Block = 32;
 // Tile codes (quant.h): per tile and block of 32 inputs, one vector of 32 bytes per dword of a
 // row's block, dword r of vector s = bytes 4s .. 4s+3 of row r's block. At 4 bits, 4 vectors
 // (codes 8s .. 8s+7, two per byte); at 8 bits, 8 (codes 4s .. 4s+3).
+constexpr bool has_tile_codes(int bits) {
+  return bits == 4 || bits == 8;
+}
 constexpr int64_t tile_code_vectors(int bits) {
   return kInt8Block * bits / 8 / 4;
 }

@@ -362,10 +362,6 @@ __attribute__((always_inline)) inline void unpack_tile_codes(PackedTiles codes, 
   }
 }
 
-// Bits with a tile-codes layout (quant.h) this kernel reads.
-template <int Bits>
-constexpr bool kReadsTileCodes = Bits == 4 || Bits == 8;
-
 // The next tile's codes are prefetched in step with the current tile's progress, in memory order
 // (the tile's rows are contiguous, so the prefetches form one sequential stream), as in the AVX2
 // kernel; a 16-row tile is twice as far ahead as an 8-row one. Each block issues its share as it
@@ -561,7 +557,7 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
     values = {w.tile_values + first_tile * value_tile_bytes,
               w.tile_values + (first_tile + next_tile) * value_tile_bytes};
   }
-  if (kReadsTileCodes<Bits> && w.tile_codes != nullptr && tile_aligned) {
+  if (has_tile_codes(Bits) && w.tile_codes != nullptr && tile_aligned) {
     const int64_t code_tile_bytes = w.cols / kInt8Block * tile_code_block_bytes(Bits);
     tile_codes = {w.tile_codes + first_tile * code_tile_bytes,
                   w.tile_codes + (first_tile + next_tile) * code_tile_bytes};
