@@ -23,6 +23,7 @@
 #include "speculative/decode.h"
 #include "speculative/decode_report.h"
 #include "text/detokenizer_stream.h"
+#include "text/tool_call_parser.h"
 
 namespace dspark::cli {
 namespace {
@@ -168,7 +169,10 @@ void run_generate(const GenerateOptions& options) {
         *bundle->tokenizer, bundle->chat_template, prompt);
   }
 
-  StreamingDetokenizer detokenizer(*bundle->tokenizer, /*skip_special_tokens=*/true);
+  // The thinking markers stay in the printed text even where the tokenizer marks them special.
+  StreamingDetokenizer detokenizer(
+      *bundle->tokenizer, /*skip_special_tokens=*/true,
+      parser_markers(ChatOutputParser::configure(bundle->chat_template, "", {})));
   StopStringMatcher stops(options.stop);
   StatePool pool = bundle->model->new_pool(1);
   const SequenceId sequence = pool.open();

@@ -440,7 +440,8 @@ class Engine::SlotRun {
         slot_(slot),
         lease_(engine.cache_.acquire(job_->prompt.ids)),
         prompt_len_(static_cast<int64_t>(job_->prompt.ids.size())),
-        detokenizer_(*engine.bundle_->tokenizer, /*skip_special_tokens=*/false),
+        detokenizer_(*engine.bundle_->tokenizer, job_->request.skip_special_tokens,
+                     parser_markers(job_->prompt.parser)),
         stops_(job_->request.stop),
         parser_(job_->prompt.parser),
         reasoning_(job_->prompt.parser) {

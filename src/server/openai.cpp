@@ -131,6 +131,9 @@ void parse_common(const Json& body, ChatRequest& request) {
     request.response_format.pointer = "/json_schema";
   }
   parse_reasoning_budget(body, request);
+  if (body.contains("skip_special_tokens") && !body["skip_special_tokens"].is_null()) {
+    request.skip_special_tokens = json_bool(body["skip_special_tokens"], "skip_special_tokens");
+  }
   if (body.contains("stream") && !body["stream"].is_null())
     request.stream = json_bool(body["stream"], "stream");
   if (body.contains("stream_options") && !body["stream_options"].is_null() &&

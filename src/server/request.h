@@ -101,6 +101,9 @@ struct ChatRequest {
   ResponseFormat response_format;
   RequestSampling sampling;
   bool logprobs = false;
+  // vLLM's field: special tokens the model writes are left out of the text (the parser's markers
+  // excepted); false spells them out.
+  bool skip_special_tokens = true;
   bool stream = false;
   bool include_usage = false;
 };

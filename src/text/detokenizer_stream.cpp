@@ -25,14 +25,22 @@ size_t common_prefix(const std::string& a, const std::string& b) {
 
 }  // namespace
 
-StreamingDetokenizer::StreamingDetokenizer(const Tokenizer& tokenizer, bool skip_special_tokens)
-    : tokenizer_(tokenizer), skip_special_tokens_(skip_special_tokens) {}
+StreamingDetokenizer::StreamingDetokenizer(const Tokenizer& tokenizer, bool skip_special_tokens,
+                                           const std::vector<std::string>& kept_special)
+    : tokenizer_(tokenizer), skip_special_tokens_(skip_special_tokens) {
+  for (const std::string& text : kept_special) {
+    if (const auto id = tokenizer.token_to_id(text)) kept_special_.insert(*id);
+  }
+}
 
 std::string StreamingDetokenizer::push(int32_t id) {
+  // Leaving a skipped token out of the window decodes exactly as decode() skipping it would, so
+  // the windows below decode with every token they hold.
+  if (skip_special_tokens_ && tokenizer_.is_special(id) && !kept_special_.count(id)) return {};
   pending_.push_back(id);
   std::vector<int32_t> window = context_;
   window.insert(window.end(), pending_.begin(), pending_.end());
-  const std::string text = tokenizer_.decode(window, skip_special_tokens_);
+  const std::string text = tokenizer_.decode(window, false);
   if (text.size() <= context_text_.size() || ends_with_replacement(text)) return {};
   // The context decodes to a prefix of the window for every supported decoder; if some decoder
   // ever rewrote it, only the part after the common prefix can still be emitted.
@@ -42,7 +50,7 @@ std::string StreamingDetokenizer::push(int32_t id) {
   std::string out = text.substr(emitted);
   context_ = std::move(pending_);
   pending_.clear();
-  context_text_ = tokenizer_.decode(context_, skip_special_tokens_);
+  context_text_ = tokenizer_.decode(context_, false);
   return out;
 }
 
@@ -51,7 +59,7 @@ std::string StreamingDetokenizer::flush() {
   if (!pending_.empty()) {
     std::vector<int32_t> window = context_;
     window.insert(window.end(), pending_.begin(), pending_.end());
-    const std::string text = tokenizer_.decode(window, skip_special_tokens_);
+    const std::string text = tokenizer_.decode(window, false);
     const size_t emitted = text.compare(0, context_text_.size(), context_text_) == 0
                                ? context_text_.size()
                                : common_prefix(text, context_text_);

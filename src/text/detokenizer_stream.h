@@ -7,6 +7,7 @@
 // as decoding everything at once.
 #include <cstdint>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "text/tokenizer.h"
@@ -15,7 +16,11 @@ namespace dspark {
 
 class StreamingDetokenizer {
  public:
-  StreamingDetokenizer(const Tokenizer& tokenizer, bool skip_special_tokens);
+  // With skip_special_tokens, special added tokens are left out of the text (HF's decode with
+  // skip_special_tokens), except those spelling one of `kept_special`: markers an output parser
+  // reads, such as a <think> a tokenizer marks special.
+  StreamingDetokenizer(const Tokenizer& tokenizer, bool skip_special_tokens,
+                       const std::vector<std::string>& kept_special = {});
 
   // Returns the text that `id` completes (possibly empty).
   std::string push(int32_t id);
@@ -26,6 +31,7 @@ class StreamingDetokenizer {
  private:
   const Tokenizer& tokenizer_;
   bool skip_special_tokens_;
+  std::unordered_set<int32_t> kept_special_;
   std::vector<int32_t> context_;  // tokens of the last step that produced text
   std::string context_text_;      // their decoding, already emitted
   std::vector<int32_t> pending_;  // tokens whose text is not out yet

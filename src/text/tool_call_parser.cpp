@@ -11,6 +11,9 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
+// Llama 3's tool-call prefix (a special token in its tokenizer).
+constexpr std::string_view kPythonTag = "<|python_tag|>";
+
 bool is_space(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
 }
@@ -110,7 +113,6 @@ size_t json_value_end(std::string_view text, size_t start) {
 // Llama 3: the reply is one or more JSON calls separated by ";", possibly after <|python_tag|>.
 std::optional<std::vector<ToolCall>> parse_llama_reply(std::string_view text) {
   text = skip_space(text);
-  constexpr std::string_view kPythonTag = "<|python_tag|>";
   if (text.starts_with(kPythonTag)) text.remove_prefix(kPythonTag.size());
   std::vector<ToolCall> calls;
   while (true) {
@@ -422,7 +424,6 @@ void ToolCallParser::process(bool final, std::vector<OutputEvent>& events) {
           mode_ = Mode::kText;
           break;
         }
-        constexpr std::string_view kPythonTag = "<|python_tag|>";
         const std::string_view rest = skip_space(buffer_);
         if (rest.starts_with(kPythonTag) || rest.starts_with('{')) {
           mode_ = Mode::kWholeReply;
@@ -488,6 +489,22 @@ ChatOutputParser::Config ChatOutputParser::configure(std::string_view template_s
     }
   }
   return config;
+}
+
+std::vector<std::string> parser_markers(const ChatOutputParser::Config& config) {
+  std::vector<std::string> markers;
+  if (config.verbatim) return markers;
+  if (config.reasoning) {
+    markers.push_back(config.reasoning->start);
+    markers.push_back(config.reasoning->end);
+  }
+  const auto [open, close] = call_markers(config.format);
+  if (!open.empty()) {
+    markers.push_back(open);
+    markers.push_back(close);
+  }
+  if (config.format == ToolCallFormat::kLlamaJson) markers.emplace_back(kPythonTag);
+  return markers;
 }
 
 ChatOutputParser::ChatOutputParser(Config config)

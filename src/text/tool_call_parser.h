@@ -120,6 +120,10 @@ class ChatOutputParser {
   std::string incomplete_utf8_;
 };
 
+// The markup the parser `config` describes reads in the text (reasoning and tool-call markers).
+// A tokenizer may mark such a token special; the text fed to the parser must still spell it.
+std::vector<std::string> parser_markers(const ChatOutputParser::Config& config);
+
 // The whole reply at once; equals collect_events() of any streamed feeding.
 ParsedOutput parse_output(const ChatOutputParser::Config& config, std::string_view text);
 

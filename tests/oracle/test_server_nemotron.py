@@ -540,6 +540,34 @@ def test_logit_bias(server, scripted):
             client.chat.completions.create(model="m", messages=QUESTION, logit_bias=bad)
 
 
+def test_special_tokens_stay_out_of_the_text(server, scripted):
+    """A special token the model writes (here forced by logit_bias) is not shown, as vLLM's and
+    llama-server's defaults; vLLM's skip_special_tokens: false spells it out. HF decodes the same
+    ids both ways as the oracle."""
+    _, _, tokenizer = scripted
+    client = oa(server)
+    im_start = tokenizer.token_to_id("<|im_start|>")
+    ask = dict(model="m", messages=QUESTION, temperature=0, max_tokens=3, reasoning_effort="none",
+               logit_bias={str(im_start): 100}, logprobs=True)
+    hidden = client.chat.completions.create(**ask)
+    assert [t.token for t in hidden.choices[0].logprobs.content] == ["<|im_start|>"] * 3
+    assert hidden.choices[0].message.content == tokenizer.decode([im_start] * 3,
+                                                                 skip_special_tokens=True) == ""
+    assert hidden.choices[0].finish_reason == "length"
+    shown = client.chat.completions.create(**ask, extra_body={"skip_special_tokens": False})
+    assert shown.choices[0].message.content == tokenizer.decode(
+        [im_start] * 3, skip_special_tokens=False) == "<|im_start|>" * 3
+    streamed = "".join(chunk.choices[0].delta.content or "" for chunk in
+                       client.chat.completions.create(**ask, stream=True) if chunk.choices)
+    assert streamed == ""
+    raw = client.completions.create(model="m", prompt="Hi", max_tokens=2, temperature=0,
+                                    logit_bias={str(im_start): 100})
+    assert raw.choices[0].text == ""
+    with pytest.raises(openai.BadRequestError, match="skip_special_tokens"):
+        client.chat.completions.create(model="m", messages=QUESTION,
+                                       extra_body={"skip_special_tokens": "no"})
+
+
 def test_health_describes_the_engine(server):
     health = json.loads(server.get("/health"))
     assert health["status"] == "ok" and health["architecture"] == "nemotron_h"

@@ -265,6 +265,24 @@ TEST(ToolCallParser, LlamaWholeReplyJson) {
   EXPECT_EQ(parse(llama, "Sure: {\"name\": \"search\"}").content, "Sure: {\"name\": \"search\"}");
 }
 
+// What a detokenizer that leaves special tokens out must still spell for each parser.
+TEST(ChatOutputParser, MarkersAreTheMarkupItReads) {
+  using Markers = std::vector<std::string>;
+  EXPECT_EQ(parser_markers(nemotron(true)),
+            (Markers{"<think>", "</think>", "<tool_call>", "</tool_call>"}));
+  EXPECT_EQ(parser_markers(nemotron(true, Json())), (Markers{"<think>", "</think>"}));
+  ChatOutputParser::Config verbatim = nemotron(true);
+  verbatim.verbatim = true;
+  EXPECT_EQ(parser_markers(verbatim), Markers{});
+  const auto llama = ChatOutputParser::configure(
+      read(kFixtures / "templates/meta-llama-Llama-3.1-8B-Instruct.jinja"), "", kTools);
+  EXPECT_EQ(parser_markers(llama), Markers{"<|python_tag|>"});
+  const auto v2 =
+      ChatOutputParser::configure(read(kFixtures / "templates/NVIDIA-Nemotron-Nano-v2.jinja"),
+                                  "<SPECIAL_11>Assistant\n<think></think>", kTools);
+  EXPECT_EQ(parser_markers(v2), (Markers{"<think>", "</think>", "<TOOLCALL>", "</TOOLCALL>"}));
+}
+
 TEST(ToolCallParser, PartialMarkersAreHeldBackWhileStreaming) {
   ChatOutputParser parser(nemotron(false));
   std::string shown;

@@ -181,6 +181,29 @@ TEST(StreamingDetokenizer, FlushReleasesAnUnfinishedCharacter) {
   EXPECT_EQ(stream.push(*qwen3().token_to_id("b")), "b");
 }
 
+TEST(StreamingDetokenizer, SkipsSpecialTokensButTheParsersMarkers) {
+  // Qwen3 with <think> and </think> marked special, as some tokenizers ship them.
+  nlohmann::json document = nlohmann::json::parse(read_file(kQwen3));
+  for (auto& token : document["added_tokens"]) {
+    if (token["content"] == "<think>" || token["content"] == "</think>") token["special"] = true;
+  }
+  const Tokenizer tokenizer = Tokenizer::from_json(document.dump(), "qwen3 special think");
+  const std::string text = "<think>plan<|im_start|></think>answer<|box_start|> done";
+  const std::vector<int32_t> ids = tokenizer.encode(text, false);
+  ASSERT_TRUE(tokenizer.is_special(*tokenizer.token_to_id("<think>")));
+  const auto streamed = [&](bool skip, const std::vector<std::string>& kept) {
+    StreamingDetokenizer stream(tokenizer, skip, kept);
+    std::string joined;
+    for (const int32_t id : ids) joined += stream.push(id);
+    return joined + stream.flush();
+  };
+  EXPECT_EQ(streamed(false, {}), text);
+  EXPECT_EQ(streamed(true, {}), "plananswer done");
+  EXPECT_EQ(streamed(true, {}), tokenizer.decode(ids, true));
+  EXPECT_EQ(streamed(true, {"<think>", "</think>", "<tool_call>", "not a token"}),
+            "<think>plan</think>answer done");
+}
+
 TEST(Utf8, CompletePrefixStopsBeforeAnUnfinishedCharacter) {
   EXPECT_EQ(utf8_complete_prefix_length("ab"), 2u);
   EXPECT_EQ(utf8_complete_prefix_length("a\xF0\x9F\x98"), 1u);
