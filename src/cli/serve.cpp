@@ -7,6 +7,7 @@
 #include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -56,6 +57,18 @@ struct ServeOptions {
 
 // llama-server's default slot count.
 constexpr int kDefaultSlots = 4;
+
+constexpr size_t kMaxHttpThreads = 65536;
+
+// Every connection holds a descriptor, and the soft limit is often 1024: lift it toward the hard
+// limit, as servers do, so that the connection threads' cap, not accept() failing, bounds the
+// connections served at once.
+void raise_descriptor_limit(rlim_t wanted) {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= wanted) return;
+  limit.rlim_cur = std::min(wanted, limit.rlim_max);
+  if (setrlimit(RLIMIT_NOFILE, &limit) != 0) return;  // the old limit stays: still a working server
+}
 
 // --parallel, or by default up to kDefaultSlots slots, fewer when the states of that many full
 // contexts do not fit in available memory beside the model's working set.
@@ -115,7 +128,12 @@ void run_serve(const ServeOptions& options) {
 
   server::ServerOptions http = options.http;
   http.max_body_bytes = static_cast<size_t>(options.max_body_mb * 1024 * 1024);
-  if (http.http_threads == 0) http.http_threads = static_cast<int>(options.max_queue) + 16;
+  if (http.http_threads == 0) {
+    // Each queued generation holds its connection's thread; the rest serve everything else.
+    http.http_threads =
+        static_cast<int>(std::clamp<size_t>(options.max_queue + 64, 1024, kMaxHttpThreads));
+  }
+  raise_descriptor_limit(static_cast<rlim_t>(http.http_threads) + 64);
   http.cors_origins = split_origins(options.cors_origins);
   server::Server server(http);
   const int port = server.bind();
@@ -268,6 +286,11 @@ void add_serve_command(CLI::App& app) {
                    "Generations decoded at once, their forwards batched (default: up to 4, as "
                    "memory allows)")
       ->check(CLI::Range(1, 64));
+  command
+      ->add_option("--http-threads", options->http.http_threads,
+                   "Connections served at once, a thread each, started on demand (default: "
+                   "1024, or --max-queue + 64 when more)")
+      ->check(CLI::Range(1, static_cast<int>(kMaxHttpThreads)));
   command->add_option("--max-body-mb", options->max_body_mb, "Largest request body (MiB)")
       ->capture_default_str();
   command

@@ -20,6 +20,7 @@
 
 #include "base/error.h"
 #include "base/system_info.h"
+#include "server/connection_threads.h"
 #include "server/dialect.h"
 #include "server/json_input.h"
 #include "text/tokenizer.h"
@@ -808,8 +809,8 @@ struct Server::Impl {
       const int yes = 1;
       setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
     });
-    const int threads = owner.options_.http_threads > 0 ? owner.options_.http_threads : 96;
-    http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    const size_t threads = owner.options_.http_threads > 0 ? owner.options_.http_threads : 1024;
+    http.new_task_queue = [threads] { return new ConnectionThreads(threads); };
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       return pre_route(req, res);
     });

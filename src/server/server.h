@@ -24,7 +24,7 @@ struct ServerOptions {
   std::string api_key;  // empty = no auth
   double keepalive_seconds = 10.0;
   size_t max_body_bytes = 8 * 1024 * 1024;
-  int http_threads = 0;  // 0 = derived from the queue size
+  int http_threads = 0;  // connections served at once (server/connection_threads.h); 0 = 1024
   bool log_requests = true;
   // Browser origins allowed besides loopback ones (http://localhost:*, 127.0.0.1, [::1]): exact
   // origins or patterns with '*' wildcards ("*" = any). A request from any other origin gets 403.

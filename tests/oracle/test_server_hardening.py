@@ -717,6 +717,62 @@ def test_sigterm_exits_at_once_despite_idle_and_half_sent_connections(smollm2):
         s.stop()
 
 
+def open_slow_connections(port, count):
+    """Connections that have sent part of their headers and then nothing (slowloris): each holds
+    a server thread until the 60 s read timeout."""
+    slow = []
+    for _ in range(count):
+        sock = socket.create_connection(("127.0.0.1", port))
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+        slow.append(sock)
+    return slow
+
+
+def health_within(server, seconds):
+    conn = server.connection(timeout=seconds)
+    try:
+        conn.request("GET", "/health")
+        return conn.getresponse().status
+    except TimeoutError:
+        return None
+    finally:
+        conn.close()
+
+
+def test_hundreds_of_slow_connections_leave_the_server_answering(server):
+    """Connection threads start on demand up to --http-threads (default 1024): 300 half-sent
+    requests no longer take every thread (the fixed pool had --max-queue + 16 = 80)."""
+    slow = open_slow_connections(server.port, 300)
+    try:
+        assert health_within(server, 15) == 200
+        conn = server.connection(timeout=30)
+        conn.request("POST", "/v1/chat/completions", body=json.dumps(
+            {"messages": QUESTION, "max_tokens": 4, "temperature": 0}),
+            headers={"Content-Type": "application/json"})
+        reply = conn.getresponse()
+        assert reply.status == 200 and json.loads(reply.read())["choices"][0]["message"]
+        conn.close()
+    finally:
+        for sock in slow:
+            sock.close()
+    assert health_within(server, 15) == 200
+
+
+def test_slow_connections_past_the_thread_cap_wait(smollm2):
+    """The cap is real: with --http-threads 6, six half-sent requests hold every thread, so
+    /health waits until one of them goes."""
+    s = Serve(smollm2, "--http-threads", "6")
+    try:
+        slow = open_slow_connections(s.port, 6)
+        time.sleep(0.5)
+        assert health_within(s, 3) is None
+        for sock in slow:
+            sock.close()
+        assert health_within(s, 15) == 200
+    finally:
+        s.stop()
+
+
 def slow_schema_body(prefix):
     """A chat request whose schema takes seconds to compile: each of 190 properties unrolls its
     maxLength into 1000 rules, just under the compile's rule cap. `prefix` keeps the schema out
