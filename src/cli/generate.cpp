@@ -18,11 +18,10 @@
 #include "constrain/token_constraint.h"
 #include "engine/generator.h"
 #include "engine/model_bundle.h"
-#include "engine/stop_strings.h"
+#include "engine/output_text.h"
 #include "hub/resolve.h"
 #include "speculative/decode.h"
 #include "speculative/decode_report.h"
-#include "text/detokenizer_stream.h"
 #include "text/tool_call_parser.h"
 
 namespace dspark::cli {
@@ -170,10 +169,10 @@ void run_generate(const GenerateOptions& options) {
   }
 
   // The thinking markers stay in the printed text even where the tokenizer marks them special.
-  StreamingDetokenizer detokenizer(
-      *bundle->tokenizer, /*skip_special_tokens=*/true,
-      parser_markers(ChatOutputParser::configure(bundle->chat_template, "", {})));
-  StopStringMatcher stops(options.stop);
+  OutputText text(*bundle->tokenizer, /*skip_special_tokens=*/true,
+                  parser_markers(ChatOutputParser::configure(bundle->chat_template, "", {})),
+                  options.stop);
+  bool stopped_by_string = false;
   StatePool pool = bundle->model->new_pool(1);
   const SequenceId sequence = pool.open();
   // DSPARK_ROUTING_STATS=1: how widely the router spreads this run's tokens over the experts.
@@ -198,15 +197,16 @@ void run_generate(const GenerateOptions& options) {
             config.eos_ids.end()) {
           return true;
         }
-        auto piece = stops.push(detokenizer.push(token.id));
-        std::fwrite(piece.emit.data(), 1, piece.emit.size(), stdout);
+        const StopStringMatcher::Result shown = text.push(token.id).shown;
+        std::fwrite(shown.emit.data(), 1, shown.emit.size(), stdout);
         std::fflush(stdout);
-        return !piece.stopped;
+        stopped_by_string = shown.stopped;
+        return !shown.stopped;
       },
       &decode_stats);
   bundle->model->set_prefill_progress(nullptr);
-  if (result.finish_reason != FinishReason::stop) {
-    std::string rest = stops.push(detokenizer.flush()).emit + stops.flush();
+  if (!stopped_by_string) {
+    const std::string rest = text.finish();
     std::fwrite(rest.data(), 1, rest.size(), stdout);
   }
   std::fputs("\n", stdout);

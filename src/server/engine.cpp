@@ -8,10 +8,9 @@
 
 #include "base/error.h"
 #include "base/system_info.h"
-#include "engine/stop_strings.h"
+#include "engine/output_text.h"
 #include "server/json_input.h"
 #include "speculative/decode_report.h"
-#include "text/detokenizer_stream.h"
 #include "text/reasoning_parser.h"
 
 namespace dspark::server {
@@ -440,9 +439,8 @@ class Engine::SlotRun {
         slot_(slot),
         lease_(engine.cache_.acquire(job_->prompt.ids)),
         prompt_len_(static_cast<int64_t>(job_->prompt.ids.size())),
-        detokenizer_(*engine.bundle_->tokenizer, job_->request.skip_special_tokens,
-                     parser_markers(job_->prompt.parser)),
-        stops_(job_->request.stop),
+        text_(*engine.bundle_->tokenizer, job_->request.skip_special_tokens,
+              parser_markers(job_->prompt.parser), job_->request.stop),
         parser_(job_->prompt.parser),
         reasoning_(job_->prompt.parser) {
     job_->started = now_seconds();
@@ -572,8 +570,8 @@ class Engine::SlotRun {
     generated_.push_back(token.id);
     const auto& eos = job.config.eos_ids;
     if (std::find(eos.begin(), eos.end(), token.id) != eos.end()) return true;
-    const std::string piece = detokenizer_.push(token.id);
-    reasoning_.add(piece);
+    OutputText::Step step = text_.push(token.id);
+    reasoning_.add(step.decoded);
     if (job.request.logprobs) {
       TokenLogprobEntry entry{tokenizer.decode({token.id}, false), token.logprob, {}};
       for (const auto& alt : token.alternatives) {
@@ -581,11 +579,10 @@ class Engine::SlotRun {
       }
       summary_.logprobs.push_back(std::move(entry));
     }
-    auto released = stops_.push(piece);
-    deliver(released.emit);
-    if (released.stopped) {
+    deliver(step.shown.emit);
+    if (step.shown.stopped) {
       stopped_by_string_ = true;
-      summary_.stop_sequence = released.matched;
+      summary_.stop_sequence = step.shown.matched;
       return false;
     }
     return !job.cancelled();
@@ -600,7 +597,7 @@ class Engine::SlotRun {
     ended_ = true;
     Job& job = *job_;
     const GenerationResult& result = decoding_->decoder().result();
-    if (!stopped_by_string_) deliver(stops_.push(detokenizer_.flush()).emit + stops_.flush());
+    if (!stopped_by_string_) deliver(text_.finish());
     job.push(parser_.finish());
     const bool has_tool_calls = job.saw_tool_call_;
     summary_.usage.completion_tokens = static_cast<int64_t>(result.tokens.size());
@@ -648,8 +645,7 @@ class Engine::SlotRun {
   std::vector<int32_t> prefill_rows_;
   ForwardOutput scratch_;
   double prefill_manual_ = 0.0;
-  StreamingDetokenizer detokenizer_;
-  StopStringMatcher stops_;
+  OutputText text_;
   ChatOutputParser parser_;
   ReasoningCounter reasoning_;
   bool stopped_by_string_ = false;

@@ -36,7 +36,7 @@ StreamingDetokenizer::StreamingDetokenizer(const Tokenizer& tokenizer, bool skip
 std::string StreamingDetokenizer::push(int32_t id) {
   // Leaving a skipped token out of the window decodes exactly as decode() skipping it would, so
   // the windows below decode with every token they hold.
-  if (skip_special_tokens_ && tokenizer_.is_special(id) && !kept_special_.count(id)) return {};
+  if (skips(id)) return {};
   pending_.push_back(id);
   std::vector<int32_t> window = context_;
   window.insert(window.end(), pending_.begin(), pending_.end());
@@ -52,6 +52,10 @@ std::string StreamingDetokenizer::push(int32_t id) {
   pending_.clear();
   context_text_ = tokenizer_.decode(context_, false);
   return out;
+}
+
+bool StreamingDetokenizer::skips(int32_t id) const {
+  return skip_special_tokens_ && tokenizer_.is_special(id) && !kept_special_.count(id);
 }
 
 std::string StreamingDetokenizer::flush() {

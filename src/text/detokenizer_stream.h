@@ -24,6 +24,8 @@ class StreamingDetokenizer {
 
   // Returns the text that `id` completes (possibly empty).
   std::string push(int32_t id);
+  // Whether `id` is a special token this detokenizer leaves out.
+  bool skips(int32_t id) const;
   // Returns whatever is still held back, even an unfinished character (as U+FFFD), and resets.
   std::string flush();
   void reset();

@@ -557,6 +557,11 @@ def test_special_tokens_stay_out_of_the_text(server, scripted):
     shown = client.chat.completions.create(**ask, extra_body={"skip_special_tokens": False})
     assert shown.choices[0].message.content == tokenizer.decode(
         [im_start] * 3, skip_special_tokens=False) == "<|im_start|>" * 3
+    # A stop string that spells the skipped token still stops there.
+    stopped = client.chat.completions.create(**ask, stop=["<|im_start|>"])
+    assert stopped.choices[0].finish_reason == "stop"
+    assert stopped.choices[0].message.content == ""
+    assert stopped.usage.completion_tokens == 1
     streamed = "".join(chunk.choices[0].delta.content or "" for chunk in
                        client.chat.completions.create(**ask, stream=True) if chunk.choices)
     assert streamed == ""
