@@ -4,6 +4,7 @@
 #include <malloc.h>
 
 #include <algorithm>
+#include <numeric>
 #include <random>
 
 #include "base/error.h"
@@ -104,6 +105,18 @@ PreparedPrompt Engine::prepare(const ChatRequest& request) const {
   if (request.raw_prompt) {
     prepared.text = *request.raw_prompt;
     prepared.ids = tokenizer.encode(prepared.text, /*add_special_tokens=*/true);
+    prepared.parser.verbatim = true;
+  } else if (request.raw_prompt_ids) {
+    const int64_t vocab = bundle_->model->vocab_size();
+    for (const int32_t id : *request.raw_prompt_ids) {
+      if (id >= vocab) {
+        throw ApiError(
+            400, fmt::format("'prompt' holds token id {}, past the vocabulary ({})", id, vocab), "",
+            "prompt");
+      }
+    }
+    prepared.ids = *request.raw_prompt_ids;
+    prepared.text = tokenizer.decode(prepared.ids, /*skip_special_tokens=*/false);
     prepared.parser.verbatim = true;
   } else {
     if (!template_) throw ApiError(400, "this model has no chat template; use /v1/completions");
@@ -431,13 +444,19 @@ class ReasoningCounter {
 // points, prefix-cache checkpoints; the drafter fed each chunk's taps), then its SequenceDecoder,
 // streaming parsed output as tokens commit, then the summary and the state's return to the
 // prefix cache.
+namespace {
+// Prompt rows per forward while scoring a prompt: their logits stay in memory together.
+constexpr int64_t kScoredRowsPerRun = 64;
+}  // namespace
+
 class Engine::SlotRun {
  public:
   SlotRun(Engine& engine, std::shared_ptr<Job> job, int slot)
       : engine_(engine),
         job_(std::move(job)),
         slot_(slot),
-        lease_(engine.cache_.acquire(job_->prompt.ids)),
+        scores_prompt_(job_->request.echo && job_->request.logprobs),
+        lease_(engine.cache_.acquire(job_->prompt.ids, /*reuse=*/!scores_prompt_)),
         prompt_len_(static_cast<int64_t>(job_->prompt.ids.size())),
         text_(*engine.bundle_->tokenizer, job_->request.skip_special_tokens,
               parser_markers(job_->prompt.parser), job_->request.stop),
@@ -447,6 +466,12 @@ class Engine::SlotRun {
     job_->slot = slot;
     summary_.usage.prompt_tokens = prompt_len_;
     summary_.usage.cached_tokens = lease_.cached_tokens;
+    if (job_->request.echo) summary_.echo_text = job_->prompt.text;
+    if (scores_prompt_) {
+      // Nothing precedes the first prompt token: it has no log-prob.
+      summary_.prompt_logprobs.push_back(
+          {engine.bundle_->tokenizer->decode({job_->prompt.ids[0]}, false), 0.0f, {}});
+    }
     prefill_from_ = length();
     // A model drafter reads the target's taps of every prompt row. Its context lives in the pool
     // with the sequence: a cache hit resumes the context that ran with the cached state (cut to
@@ -484,11 +509,18 @@ class Engine::SlotRun {
       const int64_t start = length();
       engine_.metrics_.set_prefill(slot_, start - prefill_from_, prompt_len_ - prefill_from_);
       if (prefill_rows <= 0) return std::nullopt;
+      // Scoring keeps every row's logits, so its chunks stay small.
+      if (scores_prompt_) prefill_rows = std::min(prefill_rows, kScoredRowsPerRun);
       int64_t end = std::min(start + prefill_rows, prompt_len_ - 1);
       if (next_mark_ < marks_.size()) end = std::min(end, marks_[next_mark_]);
       prefill_rows_.assign(prompt.begin() + start, prompt.begin() + end);
-      return SequenceRun{
-          prefill_rows_.data(), end - start, lease_.sequence.id(), {}, taps_, &scratch_};
+      std::vector<int64_t> logit_rows;
+      if (scores_prompt_) {
+        logit_rows.resize(prefill_rows_.size());
+        std::iota(logit_rows.begin(), logit_rows.end(), 0);
+      }
+      return SequenceRun{prefill_rows_.data(),  end - start, lease_.sequence.id(),
+                         std::move(logit_rows), taps_,       &scratch_};
     }
     if (!decoding_) {
       engine_.metrics_.set_prefill(slot_, 0, 0);
@@ -519,6 +551,7 @@ class Engine::SlotRun {
   void finish_run() {
     if (decoding_) return decoding_->decoder().finish_run();
     const int64_t start = length() - static_cast<int64_t>(prefill_rows_.size());
+    if (scores_prompt_) score_prompt_rows(start);
     if (prefill_drafter_) {
       prefill_drafter_->on_target_rows(job_->prompt.ids.data() + start,
                                        static_cast<int64_t>(prefill_rows_.size()),
@@ -562,6 +595,24 @@ class Engine::SlotRun {
  private:
   // Tokens the slot's sequence holds.
   int64_t length() const { return engine_.pool_.length(lease_.sequence.id()); }
+
+  // Echo with logprobs: each prefill row's logits give the next prompt token's log-prob, as a
+  // decode step's give a generated token's (the same rows, bit for bit: the kernels are row
+  // invariant). The rows start at prompt position `start`.
+  void score_prompt_rows(int64_t start) {
+    const Tokenizer& tokenizer = *engine_.bundle_->tokenizer;
+    const std::vector<int32_t>& prompt = job_->prompt.ids;
+    const int64_t vocab = engine_.bundle_->model->vocab_size();
+    for (size_t row = 0; row < prefill_rows_.size(); ++row) {
+      const int32_t next = prompt[static_cast<size_t>(start) + row + 1];
+      const LogSoftmax log_softmax(scratch_.logits.data() + static_cast<int64_t>(row) * vocab,
+                                   vocab);
+      TokenLogprobEntry entry{tokenizer.decode({next}, false), log_softmax.of(next), {}};
+      for (const TokenLogprob& alt : log_softmax.top(job_->request.sampling.top_logprobs))
+        entry.top.emplace_back(tokenizer.decode({alt.id}, false), alt.logprob);
+      summary_.prompt_logprobs.push_back(std::move(entry));
+    }
+  }
 
   bool on_token(const CommittedToken& token) {
     Job& job = *job_;
@@ -634,6 +685,7 @@ class Engine::SlotRun {
   Engine& engine_;
   std::shared_ptr<Job> job_;
   const int slot_;
+  const bool scores_prompt_;
   CacheLease lease_;
   const int64_t prompt_len_;
   DecodeSetup setup_;

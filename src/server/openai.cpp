@@ -178,20 +178,25 @@ Json logprobs_json(const GenerationSummary& summary) {
   return {{"content", content}};
 }
 
-// The legacy /v1/completions shape: parallel lists, top alternatives as {token: logprob}.
+// The legacy /v1/completions shape: parallel lists, top alternatives as {token: logprob}. With
+// echo the prompt's tokens come first, the first of them with null entries (nothing precedes
+// it), as in OpenAI's and vLLM's answers.
 Json completion_logprobs_json(const GenerationSummary& summary) {
   Json tokens = Json::array(), token_logprobs = Json::array(), top_logprobs = Json::array(),
        text_offset = Json::array();
   size_t offset = 0;
-  for (const auto& entry : summary.logprobs) {
+  const auto add = [&](const TokenLogprobEntry& entry, bool defined) {
     tokens.push_back(entry.token);
-    token_logprobs.push_back(entry.logprob);
     Json top = Json::object();
     for (const auto& [token, logprob] : entry.top) top[token] = logprob;
-    top_logprobs.push_back(top);
+    token_logprobs.push_back(defined ? Json(entry.logprob) : Json());
+    top_logprobs.push_back(defined ? top : Json());
     text_offset.push_back(offset);
     offset += entry.token.size();
-  }
+  };
+  for (size_t i = 0; i < summary.prompt_logprobs.size(); ++i)
+    add(summary.prompt_logprobs[i], i > 0);
+  for (const auto& entry : summary.logprobs) add(entry, true);
   return {{"tokens", tokens},
           {"token_logprobs", token_logprobs},
           {"top_logprobs", top_logprobs},
@@ -460,8 +465,11 @@ ChatRequest parse_completion(const Json& body) {
       throw ApiError(400, fmt::format("unsupported parameter '{}'", unsupported), "", unsupported);
     }
   }
-  if (body.contains("echo") && body["echo"].is_boolean() && body["echo"].get<bool>()) {
-    throw ApiError(400, "unsupported parameter 'echo'", "", "echo");
+  if (body.contains("echo") && !body["echo"].is_null()) {
+    request.echo = json_bool(body["echo"], "echo");
+    if (request.echo && request.stream) {
+      throw ApiError(400, "'echo' is not supported with 'stream'", "", "echo");
+    }
   }
   // Legacy logprobs: the number of alternatives per token (0-5), not a flag.
   if (body.contains("logprobs") && !body["logprobs"].is_null()) {
@@ -470,15 +478,28 @@ ChatRequest parse_completion(const Json& body) {
     request.logprobs = true;
     request.sampling.top_logprobs = static_cast<int>(top);
   }
-  const Json prompt = body.value("prompt", Json());
+  // A string or token ids, alone or as the one element of a list (a batch of one).
+  Json prompt = body.value("prompt", Json());
+  if (prompt.is_array() && prompt.size() == 1 && (prompt[0].is_string() || prompt[0].is_array()))
+    prompt = Json(prompt[0]);
   if (prompt.is_string()) {
     request.raw_prompt = prompt.get<std::string>();
-  } else if (prompt.is_array() && prompt.size() == 1 && prompt[0].is_string()) {
-    request.raw_prompt = prompt[0].get<std::string>();
+    if (request.raw_prompt->empty()) throw ApiError(400, "'prompt' is empty", "", "prompt");
+  } else if (prompt.is_array() && !prompt.empty() && prompt[0].is_number()) {
+    std::vector<int32_t> ids;
+    for (const Json& id : prompt) {
+      const int64_t value = json_int(id, "prompt");
+      if (value < 0 || value > std::numeric_limits<int32_t>::max())
+        throw ApiError(400, fmt::format("'prompt' holds {}, not a token id", value), "", "prompt");
+      ids.push_back(static_cast<int32_t>(value));
+    }
+    request.raw_prompt_ids = std::move(ids);
+  } else if (prompt.is_array() && prompt.size() > 1) {
+    throw ApiError(400, "only one prompt per request is supported", "", "prompt");
   } else {
-    throw ApiError(400, "'prompt' must be a string (or a list of one string)", "", "prompt");
+    throw ApiError(400, "'prompt' must be a string or token ids (or a list of one of them)", "",
+                   "prompt");
   }
-  if (request.raw_prompt->empty()) throw ApiError(400, "'prompt' is empty", "", "prompt");
   return request;
 }
 
@@ -514,7 +535,7 @@ Json completion_response(const ChatRequest& request, const ParsedOutput& output,
   Json response = base_chunk(id, "text_completion", request.model, std::time(nullptr));
   response["choices"] =
       Json::array({{{"index", 0},
-                    {"text", output.content},
+                    {"text", summary.echo_text + output.content},
                     {"logprobs", request.logprobs ? completion_logprobs_json(summary) : Json()},
                     {"finish_reason", finish_reason(summary.finish)}}});
   response["usage"] = usage_json(summary.usage);

@@ -14,9 +14,9 @@ size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& 
 PrefixCache::PrefixCache(const Model& model, StatePool& pool, PrefixCacheOptions options)
     : pool_(pool), options_(options), recurrent_(model.state_layout().mamba_layers > 0) {}
 
-CacheLease PrefixCache::acquire(const std::vector<int32_t>& prompt) {
+CacheLease PrefixCache::acquire(const std::vector<int32_t>& prompt, bool reuse) {
   CacheLease lease;
-  const int64_t limit = static_cast<int64_t>(prompt.size()) - 1;
+  const int64_t limit = reuse ? static_cast<int64_t>(prompt.size()) - 1 : 0;
   std::unique_lock lock(mutex_);
   ++lookups_;
   auto best = slots_.end();

@@ -41,8 +41,9 @@ class PrefixCache {
   PrefixCache(const Model& model, StatePool& pool, PrefixCacheOptions options);
 
   // A sequence holding the longest reusable prefix of `prompt` (never all of it: the last prompt
-  // token must be run to get the first logits).
-  CacheLease acquire(const std::vector<int32_t>& prompt);
+  // token must be run to get the first logits); without `reuse`, an empty one (every prompt row
+  // must run: prompt scoring).
+  CacheLease acquire(const std::vector<int32_t>& prompt, bool reuse = true);
   // Gives the sequence back; `tokens` are the tokens it holds (its first length() tokens). An
   // attachment (a drafter's context) holding fewer rows than the sequence limits later reuse to
   // its rows.

@@ -78,7 +78,12 @@ struct ChatRequest {
   // Chat: messages in the template's (transformers') shape; empty for a raw completion.
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   std::optional<std::string> raw_prompt;  // /v1/completions: no template
-  nlohmann::ordered_json tools;           // null = no tools
+  // /v1/completions given token ids instead of text (what lm-evaluation-harness sends).
+  std::optional<std::vector<int32_t>> raw_prompt_ids;
+  // /v1/completions: the prompt's text comes back before the completion's, and with logprobs
+  // every prompt token after the first gets its log-prob (prompt scoring).
+  bool echo = false;
+  nlohmann::ordered_json tools;  // null = no tools
   // "none" still renders the tools but parses no calls; a named function keeps only that tool.
   bool parse_tool_calls = true;
   // "required" (empty name) or a named function: the opening of a call is forced where the answer
@@ -130,6 +135,10 @@ struct GenerationSummary {
   Usage usage;
   nlohmann::json stats = nlohmann::json::object();  // the x_dspark block
   std::vector<TokenLogprobEntry> logprobs;
+  // echo: the prompt as text, and with logprobs one entry per prompt token (the first token's
+  // log-prob and alternatives are not defined: nothing precedes it).
+  std::string echo_text;
+  std::vector<TokenLogprobEntry> prompt_logprobs;
   std::string error;  // Finish::error
 };
 
