@@ -175,7 +175,16 @@ PreparedPrompt Engine::prepare(const ChatRequest& request) const {
 GenerationConfig Engine::generation_config(const ChatRequest& request,
                                            int64_t prompt_tokens) const {
   GenerationConfig config;
-  config.eos_ids = bundle_->eos_ids;
+  if (!request.ignore_eos) config.eos_ids = bundle_->eos_ids;
+  for (const int32_t id : request.stop_token_ids) {
+    if (id >= bundle_->model->vocab_size()) {
+      throw ApiError(400,
+                     fmt::format("stop_token_ids holds {}, outside the vocabulary ({} tokens)", id,
+                                 bundle_->model->vocab_size()),
+                     "", "stop_token_ids");
+    }
+    config.eos_ids.push_back(id);
+  }
   int64_t max_tokens = request.max_tokens
                            ? std::clamp<int64_t>(*request.max_tokens, 1, options_.max_tokens_cap)
                            : options_.default_max_tokens;

@@ -19,6 +19,8 @@ std::string sse_event(const std::string& name, const nlohmann::json& data) {
 namespace openai {
 namespace {
 
+constexpr size_t kMaxStopTokenIds = 256;
+
 using Json = nlohmann::json;
 using OrderedJson = nlohmann::ordered_json;
 
@@ -133,6 +135,25 @@ void parse_common(const Json& body, ChatRequest& request) {
   parse_reasoning_budget(body, request);
   if (body.contains("skip_special_tokens") && !body["skip_special_tokens"].is_null()) {
     request.skip_special_tokens = json_bool(body["skip_special_tokens"], "skip_special_tokens");
+  }
+  if (body.contains("ignore_eos") && !body["ignore_eos"].is_null())
+    request.ignore_eos = json_bool(body["ignore_eos"], "ignore_eos");
+  if (body.contains("stop_token_ids") && !body["stop_token_ids"].is_null()) {
+    const Json& ids = body["stop_token_ids"];
+    if (!ids.is_array() || ids.size() > kMaxStopTokenIds) {
+      throw ApiError(
+          400,
+          fmt::format("'stop_token_ids' must be a list of at most {} token ids", kMaxStopTokenIds),
+          "", "stop_token_ids");
+    }
+    for (const Json& id : ids) {
+      const int64_t value = json_int(id, "stop_token_ids");
+      if (value < 0 || value > std::numeric_limits<int32_t>::max()) {
+        throw ApiError(400, fmt::format("'stop_token_ids' holds {}, not a token id", value), "",
+                       "stop_token_ids");
+      }
+      request.stop_token_ids.push_back(static_cast<int32_t>(value));
+    }
   }
   if (body.contains("stream") && !body["stream"].is_null())
     request.stream = json_bool(body["stream"], "stream");

@@ -109,6 +109,10 @@ struct ChatRequest {
   // vLLM's field: special tokens the model writes are left out of the text (the parser's markers
   // excepted); false spells them out.
   bool skip_special_tokens = true;
+  // vLLM's (and llama-server's) benchmark fields: end-of-turn tokens do not stop the generation
+  // (it runs to max_tokens); more token ids that stop it, unshown, like an end of turn.
+  bool ignore_eos = false;
+  std::vector<int32_t> stop_token_ids;
   bool stream = false;
   bool include_usage = false;
 };

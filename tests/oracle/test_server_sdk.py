@@ -135,6 +135,34 @@ def test_stop_sequences(server):
     assert msg.stop_reason == "stop_sequence" and msg.stop_sequence == stop
 
 
+def test_ignore_eos_and_stop_token_ids(server, smollm2):
+    """vLLM's benchmark fields: ignore_eos runs to max_tokens past the end of turn; a stop token
+    id ends the answer before it, unshown, like an end of turn."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(smollm2 / "tokenizer.json"))
+    client = oa(server)
+    whole = client.chat.completions.create(model="m", messages=QUESTION, max_tokens=64,
+                                           temperature=0, logprobs=True)
+    assert whole.choices[0].finish_reason == "stop" and whole.usage.completion_tokens < 40
+    longer = client.chat.completions.create(model="m", messages=QUESTION, max_tokens=40,
+                                            temperature=0, extra_body={"ignore_eos": True})
+    assert longer.choices[0].finish_reason == "length"
+    assert longer.usage.completion_tokens == 40
+    assert longer.choices[0].message.content.startswith(whole.choices[0].message.content)
+    tokens = [t.token for t in whole.choices[0].logprobs.content]
+    third = tokenizer.encode(tokens[2], add_special_tokens=False).ids
+    assert len(third) == 1
+    cut = client.chat.completions.create(model="m", messages=QUESTION, max_tokens=64,
+                                         temperature=0, extra_body={"stop_token_ids": third})
+    assert cut.choices[0].finish_reason == "stop"
+    assert cut.choices[0].message.content == "".join(tokens[:2]).lstrip()
+    for bad in ([10**7], [-1], "x", [1.5]):
+        with pytest.raises(openai.BadRequestError, match="stop_token_ids"):
+            client.chat.completions.create(model="m", messages=QUESTION, max_tokens=4,
+                                           extra_body={"stop_token_ids": bad})
+
+
 def test_completion_text_is_what_the_model_wrote(server):
     """A raw completion keeps its leading space and its markup: the prompt and the text join up,
     and the token offsets index the text."""
