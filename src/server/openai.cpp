@@ -20,6 +20,8 @@ namespace openai {
 namespace {
 
 constexpr size_t kMaxStopTokenIds = 256;
+// The reference product's bound on `n`.
+constexpr int64_t kMaxChoices = 8;
 
 using Json = nlohmann::json;
 using OrderedJson = nlohmann::ordered_json;
@@ -168,8 +170,13 @@ void parse_common(const Json& body, ChatRequest& request) {
     }
   }
   if (body.contains("metadata")) check_field_size(body["metadata"], "metadata", kMaxMetadataBytes);
-  if (body.contains("n") && !body["n"].is_null() && json_int(body["n"], "n") != 1) {
-    throw ApiError(400, "only n = 1 is supported", "", "n");
+  if (body.contains("n") && !body["n"].is_null()) {
+    const int64_t n = json_int(body["n"], "n");
+    if (n < 1 || n > kMaxChoices)
+      throw ApiError(400, fmt::format("'n' must be in [1, {}]", kMaxChoices), "", "n");
+    if (n > 1 && request.stream)
+      throw ApiError(400, "'n' > 1 is not supported with 'stream'", "", "n");
+    request.n = static_cast<int>(n);
   }
 }
 

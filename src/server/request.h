@@ -106,6 +106,10 @@ struct ChatRequest {
   ResponseFormat response_format;
   RequestSampling sampling;
   bool logprobs = false;
+  // OpenAI `n` (chat and completions, not streamed): choices per request. A greedy request
+  // computes one and repeats it; a sampled one runs n generations side by side, the i-th seeded
+  // with seed + i when a seed is given.
+  int n = 1;
   // vLLM's field: special tokens the model writes are left out of the text (the parser's markers
   // excepted); false spells them out.
   bool skip_special_tokens = true;

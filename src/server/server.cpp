@@ -344,6 +344,8 @@ struct Server::Impl {
     ++unwritten;  // until the logger sees this response written (setup)
     std::shared_ptr<Engine> engine = current_engine();
     std::shared_ptr<Job> job;
+    std::vector<std::shared_ptr<Job>> jobs;  // one per choice, or one for greedy choices
+    int choices = 1;
     constexpr int kNotLookedUp = -2;
     int fd = kNotLookedUp;
     bool client_left = false;
@@ -388,7 +390,24 @@ struct Server::Impl {
         }
         return client_left;
       };
+      choices = request.n;
+      // Sampled choices run side by side, each its own generation; the copies are taken before
+      // the first submit moves the request.
+      std::optional<std::pair<ChatRequest, PreparedPrompt>> sibling;
+      if (choices > 1) sibling.emplace(request, prompt);
       job = engine->submit(std::move(request), std::move(prompt), abandoned);
+      jobs.push_back(job);
+      const bool greedy = job->config.sampling.temperature <= 0.0f;
+      for (int choice = 1; sibling && !greedy && choice < choices; ++choice) {
+        ChatRequest copy = sibling->first;
+        if (copy.sampling.seed) *copy.sampling.seed += static_cast<uint64_t>(choice);
+        try {
+          jobs.push_back(engine->submit(std::move(copy), sibling->second, abandoned));
+        } catch (...) {
+          for (const auto& submitted : jobs) submitted->cancel();
+          throw;
+        }
+      }
     } catch (const ApiError& e) {
       send_error(res, dialect, e);
       log_request(request_id, req.path, client_left ? 499 : e.status(), nullptr, nullptr, start,
@@ -400,7 +419,8 @@ struct Server::Impl {
       return;
     }
     if (fd == kNotLookedUp) fd = find_client_socket(req, port);
-    if (!job->request.stream) return respond(req, res, route, job, id, request_id, fd, start);
+    if (!job->request.stream)
+      return respond(req, res, route, jobs, choices, id, request_id, fd, start);
     // A stream's 200 goes out with its first frame, so it waits a while for the worker to take
     // the job up: a job cut while still queued (a shutdown) can then answer 503, which clients
     // retry. Past the keep-alive interval the stream starts anyway, to keep idle-timing proxies
@@ -413,52 +433,77 @@ struct Server::Impl {
       }
     }
     if (job->finished_unstarted()) {
-      return respond(req, res, route, job, id, request_id, fd, start, client_left);
+      return respond(req, res, route, {job}, 1, id, request_id, fd, start, client_left);
     }
     stream(req, res, route, job, id, request_id, fd, start);
   }
 
+  // The answer of `jobs` as one body. Each job is a choice; with OpenAI `n` > 1 and greedy
+  // decoding one job ran, and its answer is every choice. Any choice that failed or was cut makes
+  // the whole answer an error: a short success is never sent.
   void respond(const httplib::Request& req, httplib::Response& res, Route route,
-               const std::shared_ptr<Job>& job, const std::string& id,
+               const std::vector<std::shared_ptr<Job>>& jobs, int choices, const std::string& id,
                const std::string& request_id, int fd, double start, bool client_left = false) {
-    std::vector<OutputEvent> events;
-    std::optional<GenerationSummary> summary;
-    while (!job->wait(events, summary, std::chrono::milliseconds(100))) {
-      if (client_gone(fd)) {
-        client_left = true;
-        job->cancel();
+    std::vector<std::vector<OutputEvent>> events(jobs.size());
+    std::vector<std::optional<GenerationSummary>> summaries(jobs.size());
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      while (!jobs[i]->wait(events[i], summaries[i], std::chrono::milliseconds(100))) {
+        if (client_gone(fd)) {
+          client_left = true;
+          for (const auto& job : jobs) job->cancel();
+        }
       }
     }
     const Dialect dialect = dialect_of(route);
-    if (summary->finish == Finish::error) {
-      send_error(res, dialect, ApiError(500, summary->error));
-      log_request(request_id, req.path, 500, job.get(), &*summary, start);
-      return;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      const GenerationSummary& summary = *summaries[i];
+      if (summary.finish == Finish::error) {
+        send_error(res, dialect, ApiError(500, summary.error));
+        log_request(request_id, req.path, 500, jobs[i].get(), &summary, start);
+        return;
+      }
+      if (summary.finish == Finish::cancelled) {
+        // Nothing was sent yet: a cut answer is an error, never a short success.
+        send_error(res, dialect, ApiError(503, kShutdownMessage));
+        log_request(request_id, req.path, client_left ? 499 : 503, jobs[i].get(), &summary, start);
+        return;
+      }
     }
-    if (summary->finish == Finish::cancelled) {
-      // Nothing was sent yet: a cut answer is an error, never a short success.
-      send_error(res, dialect, ApiError(503, kShutdownMessage));
-      log_request(request_id, req.path, client_left ? 499 : 503, job.get(), &*summary, start);
-      return;
-    }
-    const ParsedOutput output = collect_events(events);
     Json body;
-    switch (route) {
-      case Route::chat:
-        body = openai::chat_response(job->request, output, *summary, id);
-        break;
-      case Route::completion:
-        body = openai::completion_response(job->request, output, *summary, id);
-        break;
-      case Route::responses:
-        body = responses::response(job->request, output, *summary, id);
-        break;
-      default:
-        body = anthropic::messages_response(job->request, output, *summary, id);
-        break;
+    GenerationSummary logged = *summaries[0];
+    for (int choice = 0; choice < choices; ++choice) {
+      const size_t i = jobs.size() == 1 ? 0 : static_cast<size_t>(choice);
+      const ChatRequest& request = jobs[i]->request;
+      const GenerationSummary& summary = *summaries[i];
+      const ParsedOutput output = collect_events(events[i]);
+      Json answer;
+      switch (route) {
+        case Route::chat:
+          answer = openai::chat_response(request, output, summary, id);
+          break;
+        case Route::completion:
+          answer = openai::completion_response(request, output, summary, id);
+          break;
+        case Route::responses:
+          answer = responses::response(request, output, summary, id);
+          break;
+        default:
+          answer = anthropic::messages_response(request, output, summary, id);
+          break;
+      }
+      if (choice == 0) {
+        body = std::move(answer);
+        continue;
+      }
+      // OpenAI usage covers every choice; the prompt counts once.
+      logged.usage.completion_tokens += summary.usage.completion_tokens;
+      logged.usage.reasoning_tokens += summary.usage.reasoning_tokens;
+      answer["choices"][0]["index"] = choice;
+      body["choices"].push_back(std::move(answer["choices"][0]));
     }
+    if (choices > 1) body["usage"] = openai::usage_json(logged.usage);
     res.set_content(dump_json(body), "application/json");
-    log_request(request_id, req.path, 200, job.get(), &*summary, start);
+    log_request(request_id, req.path, 200, jobs[0].get(), &logged, start);
   }
 
   void stream(const httplib::Request& req, httplib::Response& res, Route route,

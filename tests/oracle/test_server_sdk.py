@@ -163,6 +163,33 @@ def test_ignore_eos_and_stop_token_ids(server, smollm2):
                                            extra_body={"stop_token_ids": bad})
 
 
+def test_n_choices(server):
+    """OpenAI `n` (the reference product's surface: 1..8, not streamed). Greedy choices are one
+    generation repeated; sampled choice i is exactly what the same request alone gets with seed
+    + i (each generation draws from its own generator, and batching changes no row)."""
+    client = oa(server)
+    ask = dict(model="m", messages=QUESTION, max_tokens=12)
+    one = client.chat.completions.create(**ask, temperature=0)
+    three = client.chat.completions.create(**ask, temperature=0, n=3)
+    assert [c.index for c in three.choices] == [0, 1, 2]
+    assert {c.message.content for c in three.choices} == {one.choices[0].message.content}
+    assert three.usage.completion_tokens == 3 * one.usage.completion_tokens
+    assert three.usage.prompt_tokens == one.usage.prompt_tokens
+    sampled = client.chat.completions.create(**ask, temperature=1.0, seed=11, n=3)
+    alone = [client.chat.completions.create(**ask, temperature=1.0, seed=11 + i).choices[0]
+             for i in range(3)]
+    assert [c.message.content for c in sampled.choices] == [c.message.content for c in alone]
+    assert len({c.message.content for c in alone}) > 1
+    raw = client.completions.create(model="m", prompt="Once upon", max_tokens=6, temperature=1.0,
+                                    seed=3, n=2, logprobs=1)
+    assert [c.index for c in raw.choices] == [0, 1]
+    assert all(len(c.logprobs.tokens) == 6 for c in raw.choices)
+    for fields, words in ((dict(n=9), r"\[1, 8\]"), (dict(n=0), r"\[1, 8\]"),
+                          (dict(n=2, stream=True), "stream"), (dict(n="two"), "'n'")):
+        with pytest.raises(openai.BadRequestError, match=words):
+            client.chat.completions.create(**ask, **fields)
+
+
 def test_completion_text_is_what_the_model_wrote(server):
     """A raw completion keeps its leading space and its markup: the prompt and the text join up,
     and the token offsets index the text."""

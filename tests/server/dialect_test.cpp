@@ -81,9 +81,18 @@ TEST(OpenAiParse, RejectsMalformedRequestsWith400) {
             400);
   EXPECT_EQ(status_of([] {
               openai::parse_chat(
-                  Json::parse(R"({"messages": [{"role": "user", "content": "x"}], "n": 2})"));
+                  Json::parse(R"({"messages": [{"role": "user", "content": "x"}], "n": 9})"));
             }),
             400);
+  EXPECT_EQ(status_of([] {
+              openai::parse_chat(Json::parse(
+                  R"({"messages": [{"role": "user", "content": "x"}], "n": 2, "stream": true})"));
+            }),
+            400);
+  EXPECT_EQ(
+      openai::parse_chat(Json::parse(R"({"messages": [{"role": "user", "content": "x"}], "n": 8})"))
+          .n,
+      8);
 }
 
 TEST(OpenAiParse, ReasoningEffortSwitchesThinking) {
