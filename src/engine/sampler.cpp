@@ -27,6 +27,7 @@ float TokenDistribution::prob_of(int32_t id) const {
 void TokenCounts::remove(int32_t id) {
   auto found = counts_.find(id);
   if (found == counts_.end()) return;
+  --total_;
   if (--found->second == 0) counts_.erase(found);
 }
 
@@ -52,12 +53,18 @@ void check_sampling_params(const SamplingParams& params) {
   for (const auto& [id, bias] : params.logit_bias) {
     if (std::isnan(bias)) fail("sampling parameter logit_bias for token {} is NaN", id);
   }
+  if (params.min_tokens < 0) refuse("min_tokens", static_cast<double>(params.min_tokens), ">= 0");
 }
 
 void adjust_logits(const SamplingParams& params, const TokenCounts& counts, float* logits,
                    int64_t vocab) {
   for (const auto& [id, bias] : params.logit_bias) {
     if (id >= 0 && id < vocab) logits[id] += bias;
+  }
+  if (counts.total() < params.min_tokens) {
+    for (const int32_t id : params.end_ids) {
+      if (id >= 0 && id < vocab) logits[id] = -std::numeric_limits<float>::infinity();
+    }
   }
   const bool repetition = params.repetition_penalty != 1.0f;
   if (!repetition && params.presence_penalty == 0.0f && params.frequency_penalty == 0.0f) return;

@@ -23,12 +23,16 @@ struct SamplingParams {
   uint64_t seed = 0;
   int top_logprobs = 0;  // how many alternatives to report with each token (0 = none)
   std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, added to its logit)
+  // vLLM's min_tokens: until the generation holds this many tokens, `end_ids` (the ids that
+  // would end it) cannot be chosen.
+  int64_t min_tokens = 0;
+  std::vector<int32_t> end_ids;
 
   bool greedy() const { return temperature <= 0.0f; }
   // Whether adjust_logits changes anything.
   bool adjusts_logits() const {
     return repetition_penalty != 1.0f || presence_penalty != 0.0f || frequency_penalty != 0.0f ||
-           !logit_bias.empty();
+           !logit_bias.empty() || (min_tokens > 0 && !end_ids.empty());
   }
 };
 
@@ -50,16 +54,22 @@ struct TokenDistribution {
 // Counts of the tokens generated so far, for presence / frequency / repetition penalties.
 class TokenCounts {
  public:
-  void add(int32_t id) { ++counts_[id]; }
+  void add(int32_t id) {
+    ++counts_[id];
+    ++total_;
+  }
   void remove(int32_t id);
   const std::unordered_map<int32_t, int>& counts() const { return counts_; }
+  int64_t total() const { return total_; }
 
  private:
   std::unordered_map<int32_t, int> counts_;
+  int64_t total_ = 0;
 };
 
 // Adds the logit bias, then applies presence, frequency and repetition penalties in place
-// (repetition as in HF / llama.cpp: positive logits divided, negative multiplied).
+// (repetition as in HF / llama.cpp: positive logits divided, negative multiplied); while
+// `counts` holds fewer than min_tokens tokens, end_ids become -infinity.
 void adjust_logits(const SamplingParams& params, const TokenCounts& counts, float* logits,
                    int64_t vocab);
 

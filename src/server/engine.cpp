@@ -234,6 +234,22 @@ GenerationConfig Engine::generation_config(const ChatRequest& request,
     }
   }
   s.logit_bias = r.logit_bias;
+  if (r.min_tokens > 0) {
+    if (r.min_tokens > config.max_tokens) {
+      throw ApiError(
+          400,
+          fmt::format("min_tokens ({}) is more than the tokens this answer may have ({})",
+                      r.min_tokens, config.max_tokens),
+          "", "min_tokens");
+    }
+    // A finished JSON answer only allows its end, which min_tokens would forbid.
+    if (request.response_format.kind != ResponseFormat::Kind::text) {
+      throw ApiError(400, "min_tokens cannot be combined with a JSON response format", "",
+                     "min_tokens");
+    }
+    s.min_tokens = r.min_tokens;
+    s.end_ids = config.eos_ids;
+  }
   config.logprobs = request.logprobs;
   return config;
 }

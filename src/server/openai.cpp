@@ -138,6 +138,11 @@ void parse_common(const Json& body, ChatRequest& request) {
   if (body.contains("skip_special_tokens") && !body["skip_special_tokens"].is_null()) {
     request.skip_special_tokens = json_bool(body["skip_special_tokens"], "skip_special_tokens");
   }
+  if (body.contains("min_tokens") && !body["min_tokens"].is_null()) {
+    request.sampling.min_tokens = json_int(body["min_tokens"], "min_tokens");
+    if (request.sampling.min_tokens < 0)
+      throw ApiError(400, "'min_tokens' must be >= 0", "", "min_tokens");
+  }
   if (body.contains("ignore_eos") && !body["ignore_eos"].is_null())
     request.ignore_eos = json_bool(body["ignore_eos"], "ignore_eos");
   if (body.contains("stop_token_ids") && !body["stop_token_ids"].is_null()) {

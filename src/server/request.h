@@ -59,6 +59,7 @@ struct RequestSampling {
   std::optional<uint64_t> seed;
   int top_logprobs = 0;
   std::vector<std::pair<int32_t, float>> logit_bias;  // ids checked against the vocabulary later
+  int64_t min_tokens = 0;  // vLLM's: no end of turn or stop token id before this many tokens
 };
 
 // The answer's shape: OpenAI response_format, Responses text.format, Anthropic

@@ -322,6 +322,27 @@ TEST(Sampler, LogitBiasComesBeforeThePenalties) {
   EXPECT_FLOAT_EQ(logits[2], -2.0f);
 }
 
+TEST(Sampler, MinTokensBansTheEndIdsUntilEnoughTokens) {
+  SamplingParams params;
+  params.min_tokens = 2;
+  params.end_ids = {1, 7};  // id 7 is outside the vocabulary
+  EXPECT_TRUE(params.adjusts_logits());
+  TokenCounts counts;
+  counts.add(4);
+  std::vector<float> logits = {0.5f, 3.0f, 1.0f};
+  adjust_logits(params, counts, logits.data(), 3);
+  EXPECT_EQ(logits[1], -std::numeric_limits<float>::infinity());
+  EXPECT_EQ(argmax(logits.data(), 3), 2);
+  counts.add(4);
+  logits = {0.5f, 3.0f, 1.0f};
+  adjust_logits(params, counts, logits.data(), 3);
+  EXPECT_EQ(logits[1], 3.0f);
+  counts.remove(4);
+  EXPECT_EQ(counts.total(), 1);
+  params.end_ids.clear();
+  EXPECT_FALSE(params.adjusts_logits());
+}
+
 TEST(Sampler, Logprobs) {
   std::vector<float> logits = {0.0f, std::log(3.0f)};
   const LogSoftmax log_softmax(logits.data(), 2);

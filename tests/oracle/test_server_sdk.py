@@ -135,9 +135,10 @@ def test_stop_sequences(server):
     assert msg.stop_reason == "stop_sequence" and msg.stop_sequence == stop
 
 
-def test_ignore_eos_and_stop_token_ids(server, smollm2):
+def test_ignore_eos_stop_token_ids_and_min_tokens(server, smollm2):
     """vLLM's benchmark fields: ignore_eos runs to max_tokens past the end of turn; a stop token
-    id ends the answer before it, unshown, like an end of turn."""
+    id ends the answer before it, unshown, like an end of turn; min_tokens forbids the end until
+    then."""
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(str(smollm2 / "tokenizer.json"))
@@ -161,6 +162,17 @@ def test_ignore_eos_and_stop_token_ids(server, smollm2):
         with pytest.raises(openai.BadRequestError, match="stop_token_ids"):
             client.chat.completions.create(model="m", messages=QUESTION, max_tokens=4,
                                            extra_body={"stop_token_ids": bad})
+    # min_tokens: no end of turn before the minimum (the greedy answer ended earlier).
+    at_least = whole.usage.completion_tokens + 6
+    longer = client.chat.completions.create(model="m", messages=QUESTION, max_tokens=64,
+                                            temperature=0, extra_body={"min_tokens": at_least})
+    assert longer.usage.completion_tokens >= at_least
+    assert longer.choices[0].message.content.startswith(whole.choices[0].message.content)
+    for extra, words in (({"min_tokens": 65}, "more than"), ({"min_tokens": -1}, ">= 0"),
+                         ({"min_tokens": 3, "response_format": {"type": "json_object"}}, "JSON")):
+        with pytest.raises(openai.BadRequestError, match=words):
+            client.chat.completions.create(model="m", messages=QUESTION, max_tokens=64,
+                                           extra_body=extra)
 
 
 def test_n_choices(server):

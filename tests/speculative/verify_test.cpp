@@ -1175,6 +1175,46 @@ TEST(LosslessGreedy, PenaltiesAndLogitBiasEqualPlain) {
             std::vector<int32_t>(5, 9));
 }
 
+// min_tokens bans the end ids in every verify row whose position comes before the minimum, from
+// the same counts plain decoding keeps: speculative output equals plain output for every drafter
+// kind and cap, and the end comes no earlier than the minimum.
+TEST(LosslessGreedy, MinTokensEqualsPlain) {
+  testing::TinyCheckpoint checkpoint(31);
+  testing::fill_nemotron(checkpoint, "M*EM");
+  auto model = load_model(checkpoint.write());
+  const int64_t vocab = model->vocab_size();
+  auto keep_going = [](const CommittedToken&) { return true; };
+  int ended_after_the_minimum = 0;
+  for (const auto& prompt : test_prompts(vocab)) {
+    // The plain run's third token ends the generation, as an end of turn, once 9 tokens exist.
+    const PlainRun free_run = plain_run(*model, prompt, 24);
+    GenerationConfig config;
+    config.max_tokens = 24;
+    config.eos_ids = {free_run.tokens[2]};
+    config.sampling.min_tokens = 9;
+    config.sampling.end_ids = config.eos_ids;
+    LoneSequence plain_state(*model);
+    const auto plain =
+        generate_plain(*model, prompt, plain_state.pool, plain_state.id, config, keep_going);
+    const auto end = std::find(plain.tokens.begin(), plain.tokens.end(), config.eos_ids[0]);
+    EXPECT_GE(end - plain.tokens.begin(), 9);
+    ended_after_the_minimum += end != plain.tokens.end();
+    std::vector<int32_t> full = prompt;
+    full.insert(full.end(), plain.tokens.begin(), plain.tokens.end());
+    for (int kind = 0; kind < 4; ++kind) {
+      for (int cap : {1, 3, 6}) {
+        std::unique_ptr<Drafter> drafter = make_drafter(kind, full, vocab, 300 + cap, cap);
+        FixedCap fixed(cap);
+        SpeculativeGenerator generator(*model, *drafter, fixed, {});
+        LoneSequence state(*model);
+        const auto result = generator.generate(prompt, state.pool, state.id, config, keep_going);
+        EXPECT_EQ(result.tokens, plain.tokens) << drafter->name() << " cap " << cap;
+      }
+    }
+  }
+  EXPECT_GT(ended_after_the_minimum, 0) << "no prompt tested the end after the minimum";
+}
+
 // tool_choice's forced call opening: forced at the first token, after a closer the model writes,
 // and after the reasoning budget's own closer; speculative decoding forces the same ids at the same
 // place as plain decoding, for every drafter kind and cap.
