@@ -463,17 +463,24 @@ class ReasoningCounter {
   int64_t tokens_ = 0;
 };
 
+// Prompt rows per forward while scoring a prompt: their logits stay in memory together.
+constexpr int64_t kScoredRowsPerRun = 64;
+
+// A token's log-prob entry as the dialects report it: the token's text and its alternatives'.
+TokenLogprobEntry logprob_entry(const Tokenizer& tokenizer, int32_t id, float logprob,
+                                const std::vector<TokenLogprob>& alternatives) {
+  TokenLogprobEntry entry{tokenizer.decode({id}, false), logprob, {}};
+  for (const TokenLogprob& alt : alternatives)
+    entry.top.emplace_back(tokenizer.decode({alt.id}, false), alt.logprob);
+  return entry;
+}
+
 }  // namespace
 
 // One job in its slot, as the step loop drives it: the prompt's prefill in chunks (cancellation
 // points, prefix-cache checkpoints; the drafter fed each chunk's taps), then its SequenceDecoder,
 // streaming parsed output as tokens commit, then the summary and the state's return to the
 // prefix cache.
-namespace {
-// Prompt rows per forward while scoring a prompt: their logits stay in memory together.
-constexpr int64_t kScoredRowsPerRun = 64;
-}  // namespace
-
 class Engine::SlotRun {
  public:
   SlotRun(Engine& engine, std::shared_ptr<Job> job, int slot)
@@ -632,10 +639,9 @@ class Engine::SlotRun {
       const int32_t next = prompt[static_cast<size_t>(start) + row + 1];
       const LogSoftmax log_softmax(scratch_.logits.data() + static_cast<int64_t>(row) * vocab,
                                    vocab);
-      TokenLogprobEntry entry{tokenizer.decode({next}, false), log_softmax.of(next), {}};
-      for (const TokenLogprob& alt : log_softmax.top(job_->request.sampling.top_logprobs))
-        entry.top.emplace_back(tokenizer.decode({alt.id}, false), alt.logprob);
-      summary_.prompt_logprobs.push_back(std::move(entry));
+      summary_.prompt_logprobs.push_back(
+          logprob_entry(tokenizer, next, log_softmax.of(next),
+                        log_softmax.top(job_->request.sampling.top_logprobs)));
     }
   }
 
@@ -649,11 +655,8 @@ class Engine::SlotRun {
     OutputText::Step step = text_.push(token.id);
     reasoning_.add(step.decoded);
     if (job.request.logprobs) {
-      TokenLogprobEntry entry{tokenizer.decode({token.id}, false), token.logprob, {}};
-      for (const auto& alt : token.alternatives) {
-        entry.top.emplace_back(tokenizer.decode({alt.id}, false), alt.logprob);
-      }
-      summary_.logprobs.push_back(std::move(entry));
+      summary_.logprobs.push_back(
+          logprob_entry(tokenizer, token.id, token.logprob, token.alternatives));
     }
     deliver(step.shown.emit);
     if (step.shown.stopped) {
