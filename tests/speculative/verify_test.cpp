@@ -1128,6 +1128,31 @@ TEST(RunGeneration, ReportsTheStartingCapWithoutAdvancingThePolicy) {
   EXPECT_EQ(calls, stats.speculative.rounds);
 }
 
+// Speculative generation of `config` with every drafter kind at caps 1, 3 and 6, each drafting
+// from `plain` (the plain output), must give `plain`. Returns how many of the runs with the first
+// kind (the right drafter) accepted drafts.
+int expect_every_drafter_equals_plain(const Model& model, const std::vector<int32_t>& prompt,
+                                      const GenerationConfig& config,
+                                      const std::vector<int32_t>& plain, uint64_t seed) {
+  std::vector<int32_t> full = prompt;
+  full.insert(full.end(), plain.begin(), plain.end());
+  auto keep_going = [](const CommittedToken&) { return true; };
+  int with_drafts = 0;
+  for (int kind = 0; kind < 4; ++kind) {
+    for (int cap : {1, 3, 6}) {
+      std::unique_ptr<Drafter> drafter =
+          make_drafter(kind, full, model.vocab_size(), seed + cap, cap);
+      FixedCap fixed(cap);
+      SpeculativeGenerator generator(model, *drafter, fixed, {});
+      LoneSequence state(model);
+      const auto result = generator.generate(prompt, state.pool, state.id, config, keep_going);
+      EXPECT_EQ(result.tokens, plain) << drafter->name() << " cap " << cap;
+      if (kind == 0) with_drafts += generator.stats().accepted > 0;
+    }
+  }
+  return with_drafts;
+}
+
 // Penalties and logit bias change every verify row with the counts of the tokens before it: greedy
 // speculative output still equals plain output for every drafter kind, and a strong bias takes
 // over the argmax.
@@ -1150,19 +1175,7 @@ TEST(LosslessGreedy, PenaltiesAndLogitBiasEqualPlain) {
         generate_plain(*model, prompt, plain_state.pool, plain_state.id, config, keep_going);
     EXPECT_NE(plain.tokens, plain_run(*model, prompt, config.max_tokens).tokens)
         << "the adjustments should change the output";
-    std::vector<int32_t> full = prompt;
-    full.insert(full.end(), plain.tokens.begin(), plain.tokens.end());
-    for (int kind = 0; kind < 4; ++kind) {
-      for (int cap : {1, 3, 6}) {
-        std::unique_ptr<Drafter> drafter = make_drafter(kind, full, vocab, 200 + cap, cap);
-        FixedCap fixed(cap);
-        SpeculativeGenerator generator(*model, *drafter, fixed, {});
-        LoneSequence state(*model);
-        const auto result = generator.generate(prompt, state.pool, state.id, config, keep_going);
-        EXPECT_EQ(result.tokens, plain.tokens) << drafter->name() << " cap " << cap;
-        if (kind == 0) with_drafts += generator.stats().accepted > 0;
-      }
-    }
+    with_drafts += expect_every_drafter_equals_plain(*model, prompt, config, plain.tokens, 200);
   }
   EXPECT_EQ(with_drafts, 4 * 3);
 
@@ -1199,18 +1212,7 @@ TEST(LosslessGreedy, MinTokensEqualsPlain) {
     const auto end = std::find(plain.tokens.begin(), plain.tokens.end(), config.eos_ids[0]);
     EXPECT_GE(end - plain.tokens.begin(), 9);
     ended_after_the_minimum += end != plain.tokens.end();
-    std::vector<int32_t> full = prompt;
-    full.insert(full.end(), plain.tokens.begin(), plain.tokens.end());
-    for (int kind = 0; kind < 4; ++kind) {
-      for (int cap : {1, 3, 6}) {
-        std::unique_ptr<Drafter> drafter = make_drafter(kind, full, vocab, 300 + cap, cap);
-        FixedCap fixed(cap);
-        SpeculativeGenerator generator(*model, *drafter, fixed, {});
-        LoneSequence state(*model);
-        const auto result = generator.generate(prompt, state.pool, state.id, config, keep_going);
-        EXPECT_EQ(result.tokens, plain.tokens) << drafter->name() << " cap " << cap;
-      }
-    }
+    expect_every_drafter_equals_plain(*model, prompt, config, plain.tokens, 300);
   }
   EXPECT_GT(ended_after_the_minimum, 0) << "no prompt tested the end after the minimum";
 }
