@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "base/error.h"
 
@@ -48,7 +49,12 @@ GgufTokenizerData gguf_tokenizer_data(const GgufFile& gguf) {
   }
   if (gguf.has("tokenizer.ggml.token_type")) {
     for (const auto& type : array_field(gguf, "tokenizer.ggml.token_type")) {
-      data.token_types.push_back(type.get<int32_t>());
+      // A float entry (NaN included) would convert to int undefined; types are small integers.
+      if (!type.is_number_integer() || type.get<int64_t>() < std::numeric_limits<int32_t>::min() ||
+          type.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
+        fail("{}: tokenizer.ggml.token_type holds {}, not a token type", gguf.path(), type.dump());
+      }
+      data.token_types.push_back(static_cast<int32_t>(type.get<int64_t>()));
     }
   }
   if (gguf.has("tokenizer.ggml.merges")) {
