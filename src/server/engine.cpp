@@ -107,14 +107,8 @@ PreparedPrompt Engine::prepare(const ChatRequest& request) const {
     prepared.ids = tokenizer.encode(prepared.text, /*add_special_tokens=*/true);
     prepared.parser.verbatim = true;
   } else if (request.raw_prompt_ids) {
-    const int64_t vocab = bundle_->model->vocab_size();
-    for (const int32_t id : *request.raw_prompt_ids) {
-      if (id >= vocab) {
-        throw ApiError(
-            400, fmt::format("'prompt' holds token id {}, past the vocabulary ({})", id, vocab), "",
-            "prompt");
-      }
-    }
+    for (const int32_t id : *request.raw_prompt_ids)
+      check_in_vocabulary(id, bundle_->model->vocab_size(), "prompt");
     prepared.ids = *request.raw_prompt_ids;
     prepared.text = tokenizer.decode(prepared.ids, /*skip_special_tokens=*/false);
     prepared.parser.verbatim = true;
@@ -177,12 +171,7 @@ GenerationConfig Engine::generation_config(const ChatRequest& request,
   GenerationConfig config;
   if (!request.ignore_eos) config.eos_ids = bundle_->eos_ids;
   for (const int32_t id : request.stop_token_ids) {
-    if (id >= bundle_->model->vocab_size()) {
-      throw ApiError(400,
-                     fmt::format("stop_token_ids holds {}, outside the vocabulary ({} tokens)", id,
-                                 bundle_->model->vocab_size()),
-                     "", "stop_token_ids");
-    }
+    check_in_vocabulary(id, bundle_->model->vocab_size(), "stop_token_ids");
     config.eos_ids.push_back(id);
   }
   int64_t max_tokens = request.max_tokens
@@ -225,14 +214,8 @@ GenerationConfig Engine::generation_config(const ChatRequest& request,
   s.repetition_penalty = r.repetition_penalty;
   s.seed = r.seed ? *r.seed : std::random_device{}();
   s.top_logprobs = r.top_logprobs;
-  for (const auto& [id, bias] : r.logit_bias) {
-    if (id >= bundle_->model->vocab_size()) {
-      throw ApiError(400,
-                     fmt::format("logit_bias token id {} is outside the vocabulary ({} tokens)", id,
-                                 bundle_->model->vocab_size()),
-                     "", "logit_bias");
-    }
-  }
+  for (const auto& [id, bias] : r.logit_bias)
+    check_in_vocabulary(id, bundle_->model->vocab_size(), "logit_bias");
   s.logit_bias = r.logit_bias;
   if (r.min_tokens > 0) {
     if (r.min_tokens > config.max_tokens) {

@@ -153,14 +153,8 @@ void parse_common(const Json& body, ChatRequest& request) {
           fmt::format("'stop_token_ids' must be a list of at most {} token ids", kMaxStopTokenIds),
           "", "stop_token_ids");
     }
-    for (const Json& id : ids) {
-      const int64_t value = json_int(id, "stop_token_ids");
-      if (value < 0 || value > std::numeric_limits<int32_t>::max()) {
-        throw ApiError(400, fmt::format("'stop_token_ids' holds {}, not a token id", value), "",
-                       "stop_token_ids");
-      }
-      request.stop_token_ids.push_back(static_cast<int32_t>(value));
-    }
+    for (const Json& id : ids)
+      request.stop_token_ids.push_back(json_token_id(id, "stop_token_ids"));
   }
   if (body.contains("stream") && !body["stream"].is_null())
     request.stream = json_bool(body["stream"], "stream");
@@ -520,12 +514,7 @@ ChatRequest parse_completion(const Json& body) {
     if (request.raw_prompt->empty()) throw ApiError(400, "'prompt' is empty", "", "prompt");
   } else if (prompt.is_array() && !prompt.empty() && prompt[0].is_number()) {
     std::vector<int32_t> ids;
-    for (const Json& id : prompt) {
-      const int64_t value = json_int(id, "prompt");
-      if (value < 0 || value > std::numeric_limits<int32_t>::max())
-        throw ApiError(400, fmt::format("'prompt' holds {}, not a token id", value), "", "prompt");
-      ids.push_back(static_cast<int32_t>(value));
-    }
+    for (const Json& id : prompt) ids.push_back(json_token_id(id, "prompt"));
     request.raw_prompt_ids = std::move(ids);
   } else if (prompt.is_array() && prompt.size() > 1) {
     throw ApiError(400, "only one prompt per request is supported", "", "prompt");

@@ -158,6 +158,22 @@ bool json_bool(const nlohmann::json& value, const char* field) {
   return value.get<bool>();
 }
 
+int32_t json_token_id(const nlohmann::json& value, const char* field) {
+  const int64_t id = json_int(value, field);
+  if (id < 0 || id > std::numeric_limits<int32_t>::max())
+    throw ApiError(400, fmt::format("'{}' holds {}, not a token id", field, id), "", field);
+  return static_cast<int32_t>(id);
+}
+
+void check_in_vocabulary(int64_t id, int64_t vocab, const char* field) {
+  if (id < 0 || id >= vocab) {
+    throw ApiError(
+        400,
+        fmt::format("'{}' holds token id {}, outside the vocabulary ({} tokens)", field, id, vocab),
+        "", field);
+  }
+}
+
 std::string json_string(const nlohmann::json& value, const char* field) {
   if (!value.is_string())
     throw ApiError(400, fmt::format("'{}' must be a string", field), "", field);

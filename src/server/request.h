@@ -156,6 +156,10 @@ float json_float(const nlohmann::json& value, const char* field);
 int64_t json_int(const nlohmann::json& value, const char* field);
 bool json_bool(const nlohmann::json& value, const char* field);
 std::string json_string(const nlohmann::json& value, const char* field);
+// A token id: a non-negative integer in int32's range, or a 400 naming `field`.
+int32_t json_token_id(const nlohmann::json& value, const char* field);
+// Throws a 400 naming `field` unless `id` is one of a vocabulary's `vocab` ids.
+void check_in_vocabulary(int64_t id, int64_t vocab, const char* field);
 // temperature, top_p, top_k, min_p, seed and logit_bias, in every dialect: finite, in range, the
 // right type, or a 400 naming the field.
 void parse_core_sampling(const nlohmann::json& body, RequestSampling& sampling);

@@ -672,10 +672,7 @@ struct Server::Impl {
           std::vector<int32_t> ids;
           for (const Json& token : tokens) {
             const int64_t id = json_int(token, "tokens");
-            if (id < 0 || id >= tokenizer.vocab_size()) {
-              throw ApiError(400, fmt::format("token id {} is outside the vocabulary [0, {})", id,
-                                              tokenizer.vocab_size()));
-            }
+            check_in_vocabulary(id, tokenizer.vocab_size(), "tokens");
             ids.push_back(static_cast<int32_t>(id));
           }
           return Json({{"content", tokenizer.decode(ids, false)}});
