@@ -2,20 +2,40 @@
 // memory, and measured read bandwidth (the roofline every speed figure is quoted against).
 #include <fmt/format.h>
 
+#include <filesystem>
+#include <optional>
+
 #include "base/system_info.h"
 #include "base/thread_pool.h"
 #include "cli/commands.h"
+#include "formats/checkpoint.h"
 #include "formats/model_store.h"
 #include "kernels/bandwidth.h"
 #include "kernels/quant.h"
 #include "model/memory_fit.h"
+#include "speculative/drafter_loader.h"
 
 namespace dspark::cli {
 namespace {
 
+// A drafter checkpoint's packaging, or nothing for any other directory. A drafter lacks the
+// target's embedding and head, so opening it as a model would report it broken.
+std::optional<DrafterPackaging> drafter_packaging(const std::string& path) {
+  try {
+    const std::string config = (std::filesystem::path(path) / "config.json").string();
+    return detect_drafter_packaging(read_json_file(config), config);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
 // The memory estimate of the model at `path` against this machine (the check generate and serve
 // run), or why it cannot be opened. Opening maps the weights without reading them.
 std::string memory_line(const std::string& path, int64_t context) {
+  if (const auto packaging = drafter_packaging(path)) {
+    return fmt::format("a {} drafter: runs beside its target (--drafter, or --mode auto)",
+                       drafter_packaging_name(*packaging));
+  }
   try {
     const auto model = load_model(path);
     const MemoryVerdict verdict = judge_memory(estimate_memory(*model, context),

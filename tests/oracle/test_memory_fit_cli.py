@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from conftest import BUILD_DIR
+from conftest import BUILD_DIR, SOURCE_DIR
 
 
 def mem_total_bytes():
@@ -80,3 +80,18 @@ def test_doctor_reports_the_estimate(oversized, smollm2):
     assert "at 1024 tokens" in line
     fits = run("doctor", "--model", str(smollm2))
     assert f"model {smollm2}: fits in memory: needs" in fits.stdout, fits.stdout
+
+
+def test_doctor_names_a_drafter_beside_its_target(smollm2, tmp_path):
+    """The README's install puts the DSpark head beside the default model; doctor lists it as a
+    drafter, not as a model that cannot be opened (it has no embedding of its own)."""
+    os.symlink(smollm2, tmp_path / "SmolLM2-135M-Instruct")
+    os.symlink(SOURCE_DIR / "data/dspark_head/SmolLM2-135M-Instruct-DSpark",
+               tmp_path / "SmolLM2-135M-Instruct-DSpark")
+    result = run("doctor", "--models-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    lines = {l.split()[0]: l for l in result.stdout.splitlines() if l.startswith("  ")}
+    assert "fits in memory: needs" in lines["SmolLM2-135M-Instruct"], result.stdout
+    head = lines["SmolLM2-135M-Instruct-DSpark"]
+    assert "a DeepSpec drafter: runs beside its target" in head, result.stdout
+    assert "cannot be opened" not in result.stdout
