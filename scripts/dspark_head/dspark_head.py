@@ -206,6 +206,28 @@ class DSparkHead(torch.nn.Module):
     def to_target(self, draft_ids):
         return draft_ids if self.draft_ids is None else self.draft_ids[draft_ids]
 
+    def from_target(self, target_ids):
+        """Each target id's draft id, -1 for one outside the draft vocabulary."""
+        if self.draft_ids is None:
+            return target_ids
+        table = torch.full((self.embedding.shape[0],), -1, dtype=torch.long,
+                           device=target_ids.device)
+        table[self.draft_ids] = torch.arange(len(self.draft_ids), device=target_ids.device)
+        return table[target_ids]
+
+    def narrow(self, draft_ids):
+        """This full-vocabulary head as one over draft_ids (sorted target ids): its own lm_head
+        holds those rows of the target's (frozen: they are the target's), markov_w2 keeps their
+        rows. Training a narrowed head computes the product inference computes, over N rows
+        instead of the whole vocabulary."""
+        if self.draft_ids is not None:
+            raise ValueError("the head already has a draft vocabulary")
+        draft_ids = torch.as_tensor(draft_ids, dtype=torch.long)
+        self.config = {**self.config, "draft_vocab_size": len(draft_ids)}
+        self.lm_head = torch.nn.Parameter(self.embedding[draft_ids].clone(), requires_grad=False)
+        self.markov_w2 = torch.nn.Parameter(self.markov_w2.detach()[draft_ids].clone())
+        self.draft_ids = draft_ids
+
     def widen(self, q):
         """A distribution over the draft vocabulary as one over the target's (zeros elsewhere)."""
         if self.draft_ids is None:
@@ -240,6 +262,9 @@ class DSparkHead(torch.nn.Module):
         out_dir.mkdir(parents=True, exist_ok=True)
         tensors = {k: v.detach().to(dtype).cpu().contiguous()
                    for k, v in self.named_tensors().items()}
+        if self.draft_ids is not None:
+            # target id = draft id + d2t[draft id] (§11.1)
+            tensors["d2t"] = (self.draft_ids - torch.arange(len(self.draft_ids))).cpu()
         save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "mlx"})
         (out_dir / "config.json").write_text(json.dumps(self.config, indent=2) + "\n")
 

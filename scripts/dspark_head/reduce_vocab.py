@@ -50,6 +50,12 @@ def token_mass(sequences, vocab):
     return mass, answers
 
 
+def choose(mass, size):
+    """The size target ids of the most mass (ties to the lower id), sorted."""
+    order = np.lexsort((np.arange(len(mass)), -mass))
+    return np.sort(order[:size])
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("head_dir", type=Path)
@@ -76,8 +82,7 @@ def main():
         if not shards:
             parser.error(f"{args.data} holds no shard-*.json")
         (mass, answers), sequences = token_mass(shards, vocab), len(shards)
-    order = np.lexsort((np.arange(vocab), -mass))  # most mass first, then the lower id
-    chosen = np.sort(order[:args.size])
+    chosen = choose(mass, args.size)
     stats = {
         "size": args.size,
         "vocab": vocab,

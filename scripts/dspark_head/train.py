@@ -36,6 +36,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import dspark_head  # noqa: E402
+import reduce_vocab  # noqa: E402
 
 MODEL = Path.home() / ".cache/dspark/models/SmolLM2-135M-Instruct"
 CONFIDENCE_ALPHA = 1.0
@@ -69,8 +70,12 @@ def block_losses(head, batch, gamma, ce_alpha, l1_alpha):
     hidden = head.backbone(context, batch["anchors"], batch["anchor_tokens"])
     logits, confidence = head.slot_outputs(hidden, batch["prev"])
     log_q = F.log_softmax(logits, dim=-1)
-    ce = -log_q.gather(-1, batch["label"][..., None]).squeeze(-1)
-    q_top = log_q.gather(-1, batch["top_ids"]).exp()
+    # A narrowed head cannot draft a token outside its vocabulary: such a label takes no
+    # cross-entropy, and such a top-k entry has q = 0.
+    label = head.from_target(batch["label"])
+    top_ids = head.from_target(batch["top_ids"])
+    ce = -log_q.gather(-1, label.clamp(min=0)[..., None]).squeeze(-1) * (label >= 0)
+    q_top = log_q.gather(-1, top_ids.clamp(min=0)).exp() * (top_ids >= 0)
     p_top = batch["top_probs"]
     l1 = (q_top - p_top).abs().sum(-1) + ((1 - q_top.sum(-1)) - (1 - p_top.sum(-1))).abs()
     accept = torch.minimum(q_top, p_top).sum(-1).detach()
@@ -81,7 +86,7 @@ def block_losses(head, batch, gamma, ce_alpha, l1_alpha):
     weights = valid * slot_weight
     draft_loss = ((ce_alpha * ce + l1_alpha * l1) * weights).sum() / weights.sum()
     confidence_loss = (bce * valid).sum() / valid.sum()
-    greedy_hit = (logits.argmax(-1) == batch["label"]).float()
+    greedy_hit = (logits.argmax(-1) == label).float()
     return {"loss": draft_loss + CONFIDENCE_ALPHA * confidence_loss,
             "ce": (ce * weights).sum() / weights.sum(), "l1": (l1 * weights).sum() / weights.sum(),
             "bce": confidence_loss,
@@ -197,6 +202,10 @@ def main():
                         help="start from this exported head (RUN/head, or the committed one, "
                              "widened to the full vocabulary) instead of the target's layers: a "
                              "warm start on new data")
+    parser.add_argument("--draft-vocab", type=int, default=0,
+                        help="train the head narrowed to the N tokens of the most target "
+                             "probability over the training answers (reduce_vocab.py's rule), "
+                             "as it drafts at inference; 0: the whole vocabulary")
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--minutes", type=float, default=0.0)
     parser.add_argument("--until-step", type=int, default=0,
@@ -243,7 +252,16 @@ def main():
             state = {k: v for k, v in state.items() if k not in ("lm_head", "draft_ids")}
             state["markov_w2"] = markov_w2
         head.load_state_dict(state)
-    optimizer = torch.optim.AdamW(head.parameters(), lr=args.lr, weight_decay=0.0)
+    train = [s for s in dspark_head.read_shards(args.data_dir / "train")
+             if len(s.tokens) - s.prompt_tokens >= 2]
+    if args.draft_vocab:
+        vocab = target.config["vocab_size"]
+        if not 0 < args.draft_vocab < vocab:
+            sys.exit(f"--draft-vocab must be in 1..{vocab - 1}")
+        head.narrow(reduce_vocab.choose(reduce_vocab.token_mass(train, vocab)[0],
+                                        args.draft_vocab))
+    optimizer = torch.optim.AdamW([p for p in head.parameters() if p.requires_grad], lr=args.lr,
+                                  weight_decay=0.0)
     step, history = 0, []
     checkpoint_path = args.run_dir / "checkpoint.pt"
     if checkpoint_path.exists():
@@ -253,8 +271,6 @@ def main():
         step, history = state["step"], state["history"]
         print(f"resumed at step {step}", flush=True)
 
-    train = [s for s in dspark_head.read_shards(args.data_dir / "train")
-             if len(s.tokens) - s.prompt_tokens >= 2]
     held_out = [s for s in dspark_head.read_shards(args.data_dir / "heldout")]
     for s in train:
         if len(s.tokens) > args.max_rows:
