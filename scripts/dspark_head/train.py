@@ -2,14 +2,15 @@
 """Trains the default model's DSpark head on make_dataset.py's shards (docs/training.md).
 
     train.py DATA_DIR RUN_DIR [--steps N] [--minutes M] [--taps 9,17,25] [--layers 1]
-             [--markov-rank 64] [...]
+             [--markov-rank 64] [--draft-vocab 8192] [...]
 
 Resumable: RUN_DIR/checkpoint.pt holds the weights, the optimizer and the step; run the same
 command again to go on. --minutes ends this invocation (after a checkpoint) when its time is
 spent, so training runs in chunks that other work can interleave with; --steps is the length of
 the whole run (the learning-rate schedule's). Every step's data draw is seeded by (seed, step), so
 chunk boundaries do not change the result. Each invocation writes RUN_DIR/log.jsonl (appended),
-RUN_DIR/loss.png and the exported head RUN_DIR/head/ (config.json + bf16 model.safetensors).
+RUN_DIR/loss.png and the exported head RUN_DIR/head/ (config.json + bf16 model.safetensors;
+with --draft-vocab N, the head narrowed to its N-token draft vocabulary, trained as it drafts).
 
 Loss per block, after the DSpark paper (Markov-biased slot logits, three terms):
   w_i = exp(-i / gamma) for slot i = 0..6 (near slots matter most: a miss ends the round)
