@@ -234,7 +234,9 @@ void print_calibration(const std::string& what, const Calibration& calibration, 
     drafts += fmt::format(" {}:{:.3g}", c + 1, calibration.curves.drafter_ms[c]);
   }
   std::string source =
-      calibration.from_cache ? "cached" : fmt::format("measured in {:.1f} s", calibration.seconds);
+      calibration.from_cache
+          ? "measured earlier on this machine and cached; --recalibrate measures again"
+          : fmt::format("measured in {:.1f} s", calibration.seconds);
   if (calibration.stale) {
     source += fmt::format(", the cached width-1 verify ({:.3g} ms) took {:.3g} ms now",
                           calibration.stale->cached_ms, calibration.stale->now_ms);
@@ -453,13 +455,15 @@ void run_benchmark(const BenchmarkOptions& options) {
     CalibrationOptions with_drafter = calibration;
     with_drafter.max_width = kMaxCap + 1;
     with_drafter.mode = name;
-    with_drafter.drafter_name = std::filesystem::path(drafter.directory).filename().string();
+    with_drafter.drafter_name = drafter_calibration_name(drafter.directory);
     with_drafter.drafter_bits = options.drafter_bits;
     if (report.drafter.empty()) report.drafter = drafter.directory;
     report.drafter_bits = options.drafter_bits;
     Calibration measured = calibrate(model, drafter.factory, with_drafter);
     const int derived = derive_cap(measured.curves, kMaxCap);
-    print_calibration(name + " drafter " + with_drafter.drafter_name, measured, derived);
+    print_calibration(
+        name + " drafter " + std::filesystem::path(drafter.directory).filename().string(), measured,
+        derived);
     for (Arm& arm : drafter_arms(name, drafter, split_list(options.caps), measured.curves)) {
       arms.push_back(std::move(arm));
     }

@@ -12,12 +12,13 @@ OutputText::OutputText(const Tokenizer& tokenizer, bool skip_special_tokens,
   }
 }
 
-OutputText::Step OutputText::push(int32_t id) {
+OutputText::Step OutputText::push(int32_t id, bool stops_armed) {
   Step step;
   step.decoded = detokenizer_.push(id);
-  const auto special_stop = detokenizer_.skips(id) ? special_stops_.find(id) : special_stops_.end();
+  const auto special_stop =
+      stops_armed && detokenizer_.skips(id) ? special_stops_.find(id) : special_stops_.end();
   if (special_stop == special_stops_.end()) {
-    step.shown = stops_.push(step.decoded);
+    step.shown = stops_.push(step.decoded, stops_armed);
     return step;
   }
   // Nothing follows the stop: a character still unfinished goes out as it would at the end.

@@ -23,7 +23,8 @@ class OutputText {
     std::string decoded;              // the token's text, before stop strings
     StopStringMatcher::Result shown;  // what may be shown now, and whether a stop completed
   };
-  Step push(int32_t id);
+  // `stops_armed`: false while vLLM's min_tokens holds stop strings off (StopStringMatcher::push).
+  Step push(int32_t id, bool stops_armed = true);
   // The end of a generation no stop ended: everything held back.
   std::string finish();
 

@@ -10,14 +10,14 @@ StopStringMatcher::StopStringMatcher(std::vector<std::string> stops) {
   }
 }
 
-StopStringMatcher::Result StopStringMatcher::push(std::string_view text) {
+StopStringMatcher::Result StopStringMatcher::push(std::string_view text, bool armed) {
   Result result;
   if (stopped_) return result;
   pending_.append(text);
   // The earliest complete stop string wins.
   size_t first = std::string::npos;
   for (const auto& stop : stops_) {
-    const size_t at = pending_.find(stop);
+    const size_t at = armed ? pending_.find(stop) : std::string::npos;
     if (at != std::string::npos && at < first) {
       first = at;
       result.matched = stop;

@@ -18,8 +18,10 @@ class StopStringMatcher {
     std::string matched;   // the stop string that completed
   };
 
-  // Adds newly decoded text.
-  Result push(std::string_view text);
+  // Adds newly decoded text. While `armed` is false (vLLM's min_tokens not yet reached) a stop
+  // string that completes is shown as text; one that completes once armed stops, even when it
+  // began before.
+  Result push(std::string_view text, bool armed = true);
   // End of generation without a stop: releases what was held back.
   std::string flush();
 

@@ -635,7 +635,10 @@ class Engine::SlotRun {
     generated_.push_back(token.id);
     const auto& eos = job.config.eos_ids;
     if (std::find(eos.begin(), eos.end(), token.id) != eos.end()) return true;
-    OutputText::Step step = text_.push(token.id);
+    // vLLM's min_tokens holds stop strings off as it holds the end ids off (sampler.h).
+    const bool stops_armed =
+        static_cast<int64_t>(generated_.size()) > job.request.sampling.min_tokens;
+    OutputText::Step step = text_.push(token.id, stops_armed);
     reasoning_.add(step.decoded);
     if (job.request.logprobs) {
       summary_.logprobs.push_back(

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "base/error.h"
+#include "base/file_io.h"
 #include "base/system_info.h"
 #include "base/thread_pool.h"
 #include "forward_fingerprint.h"
@@ -315,6 +316,33 @@ std::string default_calibration_cache_path() {
   }
   const char* home = std::getenv("HOME");
   return std::string(home != nullptr ? home : ".") + "/.cache/dspark/calibration.json";
+}
+
+std::string drafter_calibration_name(const std::string& directory) {
+  namespace fs = std::filesystem;
+  // FNV-1a: the digest only has to tell drafters apart within one cache file.
+  uint64_t digest = 0xcbf29ce484222325ULL;
+  const auto mix = [&digest](std::string_view bytes) {
+    for (const char byte : bytes) {
+      digest = (digest ^ static_cast<unsigned char>(byte)) * 0x100000001b3ULL;
+    }
+  };
+  fs::path root(directory);
+  if (!root.has_filename()) root = root.parent_path();  // "head/" names "head"
+  std::error_code error;
+  if (fs::is_regular_file(root / "config.json", error)) {
+    mix(read_file((root / "config.json").string()));
+  }
+  std::vector<std::string> weights;
+  for (const fs::directory_entry& entry : fs::directory_iterator(root, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.ends_with(".safetensors")) {
+      weights.push_back(fmt::format("{}:{}", name, entry.file_size(error)));
+    }
+  }
+  std::sort(weights.begin(), weights.end());
+  for (const std::string& weight : weights) mix(weight + "\n");
+  return fmt::format("{}#{:016x}", root.filename().string(), digest);
 }
 
 std::string calibration_key(const Model& target, const CalibrationOptions& options) {

@@ -24,7 +24,7 @@ struct CalibrationOptions {
   bool use_cache = true;        // false: always measure (the result is still stored)
   std::string mode = "lookup";  // the decoding mode the costs are for (part of the key)
   std::string target_name;      // model directory basename (part of the key)
-  std::string drafter_name;     // drafter basename, "" for none
+  std::string drafter_name;     // drafter_calibration_name(directory), "" for none
   int drafter_bits = 0;         // the drafter's quantisation at load (0 = as stored)
   int max_width = 8;            // verify widths 1..max_width (DSpark: block_size + 1)
   int64_t context = 512;
@@ -58,6 +58,11 @@ struct Calibration {
 // ISA, threads, mode, target, drafter, quantisation and the target's decode bytes (which change
 // with any re-quantisation).
 std::string calibration_key(const Model& target, const CalibrationOptions& options);
+
+// A drafter's name in the key: its directory's basename and a digest of what its costs depend on
+// (config.json's bytes and each weight file's name and size), so that a head retrained or
+// reshaped in place is measured again rather than priced by its predecessor's costs.
+std::string drafter_calibration_name(const std::string& directory);
 
 // Measures (or reads from the cache) the cost curves of `target` with the drafter `drafter`
 // makes (null: no model drafter; drafter costs stay empty). A cached entry is first checked

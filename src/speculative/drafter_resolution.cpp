@@ -305,7 +305,7 @@ DecodeSetup decode_setup_from_options(const Model& target, DecodeOptions decode,
     CalibrationOptions calibration;
     calibration.mode = decode_mode_name(choice.mode);
     calibration.target_name = std::filesystem::path(options.model_dir).filename().string();
-    calibration.drafter_name = std::filesystem::path(choice.drafter_dir).filename().string();
+    calibration.drafter_name = drafter_calibration_name(choice.drafter_dir);
     calibration.drafter_bits = options.drafter_bits;
     calibration.max_width = max_cap + 1;
     CalibratedCaps caps = calibrated_cap_policy(target, setup.drafter, calibration, max_cap,

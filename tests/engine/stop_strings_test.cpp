@@ -39,5 +39,21 @@ TEST(StopStrings, HoldsBackPartialsAndStopsAtTheEarliest) {
   }
 }
 
+// vLLM's min_tokens: a stop string completed before the minimum is text; the first one completed
+// after it stops, even one that began before.
+TEST(StopStrings, UnarmedStopsAreShownAsText) {
+  StopStringMatcher matcher({"END", "e"});
+  auto early = matcher.push("one END. Th", false);
+  EXPECT_FALSE(early.stopped);
+  EXPECT_EQ(early.emit, "one END. Th");
+  auto straddling = matcher.push("EN", false);
+  EXPECT_FALSE(straddling.stopped);
+  EXPECT_EQ(straddling.emit, "");  // "EN" could still become "END"
+  auto armed = matcher.push("D then", true);
+  EXPECT_TRUE(armed.stopped);
+  EXPECT_EQ(armed.matched, "END");
+  EXPECT_EQ(armed.emit, "");
+}
+
 }  // namespace
 }  // namespace dspark

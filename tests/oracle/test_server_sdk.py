@@ -168,6 +168,13 @@ def test_ignore_eos_stop_token_ids_and_min_tokens(server, smollm2):
                                             temperature=0, extra_body={"min_tokens": at_least})
     assert longer.usage.completion_tokens >= at_least
     assert longer.choices[0].message.content.startswith(whole.choices[0].message.content)
+    # ... and, as in vLLM, no stop string either: the third token's text shows, the answer goes on.
+    stop = tokens[2]
+    assert stop not in "".join(tokens[:2])
+    held = client.chat.completions.create(model="m", messages=QUESTION, max_tokens=64,
+                                          temperature=0, stop=[stop], extra_body={"min_tokens": 3})
+    assert held.choices[0].message.content.startswith("".join(tokens[:3]).lstrip())
+    assert held.usage.completion_tokens > 3
     for extra, words in (({"min_tokens": 65}, "more than"), ({"min_tokens": -1}, ">= 0"),
                          ({"min_tokens": 3, "response_format": {"type": "json_object"}}, "JSON")):
         with pytest.raises(openai.BadRequestError, match=words):

@@ -140,6 +140,31 @@ TEST_F(Calibrate, TheDrafterQuantisationIsPartOfTheKey) {
   EXPECT_NE(calibration_key(*model_, lookup).find("|-|"), std::string::npos);
 }
 
+// A head retrained or reshaped in place drafts at its own cost: the key follows its config and
+// weight files, not only its directory's name.
+TEST(DrafterCalibrationName, FollowsTheConfigAndTheWeightFiles) {
+  namespace fs = std::filesystem;
+  const fs::path root =
+      fs::temp_directory_path() / ("dspark_drafter_name_" + std::to_string(getpid()));
+  const fs::path head = root / "a" / "head", twin = root / "b" / "head";
+  for (const fs::path& directory : {head, twin}) {
+    fs::create_directories(directory);
+    std::ofstream(directory / "config.json") << R"({"num_hidden_layers": 1})";
+    std::ofstream(directory / "model.safetensors") << std::string(64, 'x');
+  }
+  const std::string name = drafter_calibration_name(head.string());
+  EXPECT_EQ(name.substr(0, 5), "head#") << name;
+  EXPECT_EQ(drafter_calibration_name(twin.string()), name);
+  EXPECT_EQ(drafter_calibration_name(head.string() + "/"), name);
+
+  std::ofstream(twin / "config.json") << R"({"num_hidden_layers": 2})";
+  EXPECT_NE(drafter_calibration_name(twin.string()), name);
+  std::ofstream(twin / "config.json") << R"({"num_hidden_layers": 1})";
+  std::ofstream(twin / "model.safetensors") << std::string(96, 'x');
+  EXPECT_NE(drafter_calibration_name(twin.string()), name);
+  fs::remove_all(root);
+}
+
 // A cache written while the machine was loaded (here: every verify 1,000 times slower than this
 // model runs) no longer matches a width-1 forward timed now, so it is measured again and replaced.
 TEST_F(Calibrate, AStaleCacheIsMeasuredAgain) {
