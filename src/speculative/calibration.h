@@ -60,8 +60,9 @@ struct Calibration {
 std::string calibration_key(const Model& target, const CalibrationOptions& options);
 
 // A drafter's name in the key: its directory's basename and a digest of what its costs depend on
-// (config.json's bytes and each weight file's name and size), so that a head retrained or
-// reshaped in place is measured again rather than priced by its predecessor's costs.
+// (config.json's bytes and each weight file's name and size), so that a head reshaped in place
+// (other layers, draft vocabulary or block size) is measured again rather than priced by its
+// predecessor's costs; a head retrained at the same shape drafts at the same cost and keeps them.
 std::string drafter_calibration_name(const std::string& directory);
 
 // Measures (or reads from the cache) the cost curves of `target` with the drafter `drafter`

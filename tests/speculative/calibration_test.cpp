@@ -140,8 +140,8 @@ TEST_F(Calibrate, TheDrafterQuantisationIsPartOfTheKey) {
   EXPECT_NE(calibration_key(*model_, lookup).find("|-|"), std::string::npos);
 }
 
-// A head retrained or reshaped in place drafts at its own cost: the key follows its config and
-// weight files, not only its directory's name.
+// A head reshaped in place drafts at its own cost: the key follows its config and weight files,
+// not only its directory's name.
 TEST(DrafterCalibrationName, FollowsTheConfigAndTheWeightFiles) {
   namespace fs = std::filesystem;
   const fs::path root =
