@@ -170,17 +170,13 @@ ModelDrafter load_model_drafter(const Model& model, const std::string& mode,
   cli.hub.cached_companions = [&resolve](const std::string& model_repo, const std::string& marker) {
     return find_cached_companions(model_repo, marker, resolve.hub);
   };
-  // Only the drafter is wanted here: a pinned cap and no lookup pre-step keep the setup from
-  // calibrating, which the benchmark does itself (and measures again under --recalibrate).
-  cli.lookup_drafts = false;
-  DecodeOptions pinned;
-  pinned.max_draft = 1;
   ModelDrafter drafter;
   drafter.mode = parse_decode_mode(mode);
   try {
-    drafter.directory = resolve_drafter(cli).drafter_dir;
-    std::string explanation;
-    drafter.factory = decode_setup_from_options(model, pinned, cli, explanation).drafter;
+    // Only the drafter: the benchmark calibrates it itself (and again under --recalibrate).
+    const DrafterChoice choice = resolve_drafter(cli);
+    drafter.directory = choice.drafter_dir;
+    drafter.factory = load_drafter(model, choice, cli).factory;
   } catch (const Error& e) {
     drafter.missing = e.what();
   }

@@ -274,6 +274,26 @@ DrafterChoice resolve_drafter(const DrafterCliOptions& options) {
                       unavailable_note(unavailable))};
 }
 
+LoadedDrafter load_drafter(const Model& target, const DrafterChoice& choice,
+                           const DrafterCliOptions& options) {
+  if (options.drafter_bits < 0) fail("--drafter-bits must not be negative");
+  if (options.confidence_threshold < 0.0f || options.confidence_threshold > 1.0f) {
+    fail("--confidence-threshold must be in [0, 1], not {}", options.confidence_threshold);
+  }
+  const DrafterLoadOptions load{options.drafter_bits};
+  LoadedDrafter loaded;
+  if (choice.mode == DecodeMode::dspark) {
+    auto head = std::make_shared<const DSparkHead>(choice.drafter_dir, target, load);
+    loaded.factory = dspark_drafter_factory(head, options.confidence_threshold);
+    loaded.max_drafts = head->max_drafts();
+  } else if (choice.mode == DecodeMode::dflash) {
+    auto head = std::make_shared<const DFlashHead>(choice.drafter_dir, target, load);
+    loaded.factory = dflash_drafter_factory(head);
+    loaded.max_drafts = head->max_drafts();
+  }
+  return loaded;
+}
+
 DecodeSetup decode_setup_from_options(const Model& target, DecodeOptions decode,
                                       const DrafterCliOptions& options, std::string& explanation) {
   const DrafterChoice choice = resolve_drafter(options);
@@ -281,23 +301,11 @@ DecodeSetup decode_setup_from_options(const Model& target, DecodeOptions decode,
   const bool moe = target.config().layer_kinds.find('E') != std::string::npos;
   decode.lookup_drafts = choice.mode != DecodeMode::lookup && choice.mode != DecodeMode::baseline &&
                          options.lookup_drafts.value_or(!moe);
-  if (options.drafter_bits < 0) fail("--drafter-bits must not be negative");
-  if (options.confidence_threshold < 0.0f || options.confidence_threshold > 1.0f) {
-    fail("--confidence-threshold must be in [0, 1], not {}", options.confidence_threshold);
-  }
+  LoadedDrafter loaded = load_drafter(target, choice, options);
+  const int max_cap = loaded.max_drafts;
   DecodeSetup setup;
   setup.options = decode;
-  const DrafterLoadOptions load{options.drafter_bits};
-  int max_cap = 0;
-  if (choice.mode == DecodeMode::dspark) {
-    auto head = std::make_shared<const DSparkHead>(choice.drafter_dir, target, load);
-    setup.drafter = dspark_drafter_factory(head, options.confidence_threshold);
-    max_cap = head->max_drafts();
-  } else if (choice.mode == DecodeMode::dflash) {
-    auto head = std::make_shared<const DFlashHead>(choice.drafter_dir, target, load);
-    setup.drafter = dflash_drafter_factory(head);
-    max_cap = head->max_drafts();
-  }
+  setup.drafter = std::move(loaded.factory);
   explanation = fmt::format("mode {}: {}", decode_mode_name(choice.mode), choice.reason);
   if (setup.drafter && !decode.max_draft) {
     // The cap comes from this machine's measured cost curves (cached per model, drafter and

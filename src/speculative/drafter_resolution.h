@@ -71,6 +71,16 @@ DecodeMode drafter_family(const std::string& directory);
 // with no drafter to be found.
 DrafterChoice resolve_drafter(const DrafterCliOptions& options);
 
+// The chosen drafter loaded for `target` (quantised to options.drafter_bits): a factory that makes
+// a fresh drafter per generation, and the most drafts a round it proposes. Empty for lookup and
+// baseline. Throws for negative --drafter-bits or a --confidence-threshold outside [0, 1].
+struct LoadedDrafter {
+  DrafterFactory factory;
+  int max_drafts = 0;
+};
+LoadedDrafter load_drafter(const Model& target, const DrafterChoice& choice,
+                           const DrafterCliOptions& options);
+
 // Resolves the mode and drafter, loads the drafter head for `target` (quantised to
 // options.drafter_bits) and returns a setup whose factory makes a fresh drafter per generation.
 // `decode` carries the cap options (--max-draft); its mode is replaced. `explanation` receives a
