@@ -149,16 +149,16 @@ def test_json_aggregates_follow_the_trials(benchmark_run):
 def test_calibration_is_cached_and_reused(benchmark_run):
     tmp, cache_home, first, second = benchmark_run
     cache = json.loads((cache_home / "dspark" / "calibration.json").read_text())
-    key = json.loads((tmp / "out.json").read_text())["calibration"]["key"]
+    first_run = json.loads((tmp / "out.json").read_text())
+    key = first_run["calibration"]["key"]
     assert key in cache and "nemotron-h-tiny" in key
-    assert json.loads((tmp / "out.json").read_text())["drafter_calibrations"]["dspark"]["key"] in cache
+    assert first_run["drafter_calibrations"]["dspark"]["key"] in cache
     assert "measured in" in first.stderr
     assert "cached" in second.stderr
     # The first run measured the drafter's costs itself (loading the drafter does not calibrate).
     drafter_lines = [line for line in first.stderr.splitlines()
                      if "drafter" in line and "ms" in line]
     assert drafter_lines and "measured in" in drafter_lines[0], first.stderr
-    first_run = json.loads((tmp / "out.json").read_text())
     assert first_run["drafter_calibrations"]["dspark"]["from_cache"] is False
     again = json.loads((tmp / "again.json").read_text())
     assert again["calibration"]["from_cache"] is True
