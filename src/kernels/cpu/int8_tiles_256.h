@@ -52,8 +52,6 @@ constexpr int64_t kActivationBlockRows = 64;
 // scripts/int8_tile_ab.sh, medians against the buffer: 4-bit 0.87x at 3 rows, 0.90-0.94x at 4
 // and 1.00x at 8; the 8-bit head 0.74x at 3, 0.78x at 4, 0.89x at 8 (16 rows: 4-bit 1.05-1.14x).
 constexpr int64_t kRegisterCodeRows = 8;
-// Up to this many activation rows run in int8_tile<..., ManyRows = false> (see int8_rows_any).
-constexpr int64_t kFewRows = 2;
 // Activation rows that share a pass over a chunk's codes (the remainder goes 3, 2 or 1 at a time).
 constexpr int kRowsTogether = 4;
 
@@ -632,8 +630,10 @@ void read_tile_values(DType dtype, const uint8_t* values, int64_t count, float (
 constexpr int kPrefetchTilesAhead = 1;
 
 // Output rows [row0, row0 + rows) (rows <= 8) against activation rows [i0, i1) (at most
-// kActivationBlockRows). Lanes past `rows` repeat row row0 and are not stored.
-template <int Bits, int BlocksPerGroup, bool ManyRows>
+// kActivationBlockRows). Lanes past `rows` repeat row row0 and are not stored. PassRows: 0 for any
+// number of rows, in passes of kRowsTogether; 2 for one or two rows; 3 or 4 for exactly that many,
+// in one pass (see int8_rows_any).
+template <int Bits, int BlocksPerGroup, int PassRows>
 void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t i1) {
   constexpr int kVectors = kCodeVectors<Bits>;
   constexpr int64_t group = BlocksPerGroup * kInt8Block;
@@ -644,7 +644,7 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
   // Up to kRegisterCodeRows activation rows multiply codes unpacked in registers (the rows of a
   // pass share each unpacking); more share the codes through the interleaved L1 buffer, unless
   // the tiles have their own codes (below).
-  bool single = !ManyRows || i1 - i0 <= kRegisterCodeRows;
+  bool single = PassRows != 0 || i1 - i0 <= kRegisterCodeRows;
   const uint8_t* packed[kTileRows];
   int64_t first_group[kTileRows];
   for (int r = 0; r < kTileRows; ++r) {
@@ -894,7 +894,7 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
             rows_chunk.template operator()<R, ValueSource::tile, D, false>(i);
           });
     };
-    if constexpr (ManyRows) {
+    if constexpr (PassRows == 0) {
       int64_t i = i0;
       for (; i + kRowsTogether <= i1; i += kRowsTogether) {
         pass.template operator()<kRowsTogether>(i);
@@ -909,6 +909,8 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
         case 1:
           pass.template operator()<1>(i);
       }
+    } else if constexpr (PassRows > 2) {
+      pass.template operator()<PassRows>(i0);
     } else if (i1 - i0 == 2) {
       pass.template operator()<2>(i0);
     } else {
@@ -932,13 +934,22 @@ void int8_rows_any(const Int8Task& task, int64_t row_begin, int64_t row_end) {
   for_each_int8_tile<kTileRows, kActivationBlockRows>(
       task, row_begin, row_end,
       [&]<int Bits, int Blocks>(int64_t row, int rows, int64_t i0, int64_t i1) {
-        // One or two rows (decode, a cap-1 verify) in a function of their own: with the wider
-        // passes in the same function, GCC's code for them took 1.4 % more instructions at m = 1
-        // (callgrind, the default model); apart, 3 % fewer.
-        if (i1 - i0 <= kFewRows) {
-          int8_tile<Bits, Blocks, false>(task, row, rows, i0, i1);
-        } else {
-          int8_tile<Bits, Blocks, true>(task, row, rows, i0, i1);
+        // Up to four rows (decode, the verify of a small cap) in a function of their own per
+        // pass width: with other passes in the same function GCC's code for each is worse. At
+        // m = 1, one and two rows apart from the rest took 3 % fewer instructions (callgrind, the
+        // default model); at m = 3 and 4, a function of their own took 10 % and 8 % fewer for
+        // the whole forward (bench/forward_instructions) and 7 % less time (2 threads, Zen 3).
+        // Five to eight rows split as 4 + the rest into two such calls measured no better.
+        switch (i1 - i0) {
+          case 1:
+          case 2:
+            return int8_tile<Bits, Blocks, 2>(task, row, rows, i0, i1);
+          case 3:
+            return int8_tile<Bits, Blocks, 3>(task, row, rows, i0, i1);
+          case 4:
+            return int8_tile<Bits, Blocks, 4>(task, row, rows, i0, i1);
+          default:
+            return int8_tile<Bits, Blocks, 0>(task, row, rows, i0, i1);
         }
       });
 }
