@@ -112,6 +112,10 @@ TEST_F(Calibrate, TimesDraftingAgainAtTheDeepContext) {
   const DrafterFactory drafter = [] { return std::make_unique<DepthCostDrafter>(); };
   options_.mode = "dspark";
   options_.drafter_name = "depth-cost";
+  // Medians of 7 and 5: a spin preempted on an oversubscribed machine ends slices late, and one
+  // such shallow median among 3 samples once left the slope at a sixth of its value.
+  options_.iterations = 7;
+  options_.deep_iterations = 5;
   const Calibration calibration = calibrate(*model_, drafter, options_);
   // 5 us a row: its context grown from 128 rows to the deep 1,024, a draft costs at least 4.5 ms
   // more (a spin ends at its deadline or later; on cores shared with other tests, up to a few

@@ -632,7 +632,7 @@ constexpr int kPrefetchTilesAhead = 1;
 // Output rows [row0, row0 + rows) (rows <= 8) against activation rows [i0, i1) (at most
 // kActivationBlockRows). Lanes past `rows` repeat row row0 and are not stored. PassRows: 0 for any
 // number of rows, in passes of kRowsTogether; 2 for one or two rows; 3 or 4 for exactly that many,
-// in one pass (see int8_rows_any).
+// in one pass; 8 for exactly eight, in two (see int8_rows_any).
 template <int Bits, int BlocksPerGroup, int PassRows>
 void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t i1) {
   constexpr int kVectors = kCodeVectors<Bits>;
@@ -909,6 +909,9 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
         case 1:
           pass.template operator()<1>(i);
       }
+    } else if constexpr (PassRows == 8) {
+      pass.template operator()<4>(i0);
+      pass.template operator()<4>(i0 + 4);
     } else if constexpr (PassRows > 2) {
       pass.template operator()<PassRows>(i0);
     } else if (i1 - i0 == 2) {
@@ -934,12 +937,13 @@ void int8_rows_any(const Int8Task& task, int64_t row_begin, int64_t row_end) {
   for_each_int8_tile<kTileRows, kActivationBlockRows>(
       task, row_begin, row_end,
       [&]<int Bits, int Blocks>(int64_t row, int rows, int64_t i0, int64_t i1) {
-        // Up to four rows (decode, the verify of a small cap) in a function of their own per
-        // pass width: with other passes in the same function GCC's code for each is worse. At
-        // m = 1, one and two rows apart from the rest took 3 % fewer instructions (callgrind, the
-        // default model); at m = 3 and 4, a function of their own took 10 % and 8 % fewer for
-        // the whole forward (bench/forward_instructions) and 7 % less time (2 threads, Zen 3).
-        // Five to eight rows split as 4 + the rest into two such calls measured no better.
+        // Up to four rows (decode, the verify of a small cap) and eight (a batch of eight
+        // decodes, the verify of a cap of 7) in a function of their own per row count: with
+        // other passes in the same function GCC's code for each is worse. Instructions of a
+        // whole forward of the default model (bench/forward_instructions, callgrind): at m = 1,
+        // one and two rows apart took 3 % fewer; at m = 3, 4 and 8 a function of their own took
+        // 10 %, 8 % and 4 % fewer, and 7 % less time at 3 and 4 (2 threads, Zen 3). Five to
+        // seven rows as two such calls (4 + the rest) measured no better.
         switch (i1 - i0) {
           case 1:
           case 2:
@@ -948,6 +952,8 @@ void int8_rows_any(const Int8Task& task, int64_t row_begin, int64_t row_end) {
             return int8_tile<Bits, Blocks, 3>(task, row, rows, i0, i1);
           case 4:
             return int8_tile<Bits, Blocks, 4>(task, row, rows, i0, i1);
+          case 8:
+            return int8_tile<Bits, Blocks, 8>(task, row, rows, i0, i1);
           default:
             return int8_tile<Bits, Blocks, 0>(task, row, rows, i0, i1);
         }
