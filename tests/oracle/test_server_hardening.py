@@ -39,7 +39,8 @@ class Serve:
             [str(BUILD_DIR / "dspark"), "serve", "--model", str(model_dir), "--port", str(self.port),
              "--threads", "2", "--keepalive", str(keepalive), *extra],
             stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 60
+        # A start-up that calibrates on a loaded 2-core machine can take a minute.
+        deadline = time.time() + 120
         while time.time() < deadline:
             assert self.proc.poll() is None, self.output()
             try:
@@ -48,7 +49,10 @@ class Serve:
             except OSError:
                 pass
             time.sleep(0.2)
-        raise RuntimeError("server did not become ready")
+        # Never leave the server running past the test that started it.
+        self.proc.kill()
+        self.proc.wait()
+        raise RuntimeError(f"server did not become ready:\n{self.output()[-2000:]}")
 
     def output(self):
         self.log.flush()

@@ -36,7 +36,8 @@ class LiveServer:
             [str(BUILD_DIR / "dspark"), "serve", "--model", str(model_dir), "--port", str(self.port),
              "--api-key", KEY, "--threads", "2", "--keepalive", "1", *extra],
             stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 60
+        # A start-up that calibrates on a loaded 2-core machine can take a minute.
+        deadline = time.time() + 120
         while time.time() < deadline:
             try:
                 with urllib.request.urlopen(self.url + "/health") as r:
@@ -44,7 +45,11 @@ class LiveServer:
                         return
             except Exception:
                 time.sleep(0.2)
-        raise RuntimeError("server did not become ready")
+        # Never leave the server running past the test that started it.
+        self.proc.kill()
+        self.proc.wait()
+        self.log.seek(0)
+        raise RuntimeError(f"server did not become ready:\n{self.log.read()[-2000:]}")
 
     def get(self, path):
         req = urllib.request.Request(self.url + path, headers={"Authorization": f"Bearer {KEY}"})
