@@ -937,26 +937,27 @@ void int8_rows_any(const Int8Task& task, int64_t row_begin, int64_t row_end) {
   for_each_int8_tile<kTileRows, kActivationBlockRows>(
       task, row_begin, row_end,
       [&]<int Bits, int Blocks>(int64_t row, int rows, int64_t i0, int64_t i1) {
-        // Up to four rows (decode, the verify of a small cap) and eight (a batch of eight
-        // decodes, the verify of a cap of 7) in a function of their own per row count: with
-        // other passes in the same function GCC's code for each is worse. Instructions of a
-        // whole forward of the default model (bench/forward_instructions, callgrind): at m = 1,
-        // one and two rows apart took 3 % fewer; at m = 3, 4 and 8 a function of their own took
-        // 10 %, 8 % and 4 % fewer, and 7 % less time at 3 and 4 (2 threads, Zen 3). Five to
-        // seven rows as two such calls (4 + the rest) measured no better.
-        switch (i1 - i0) {
-          case 1:
-          case 2:
-            return int8_tile<Bits, Blocks, 2>(task, row, rows, i0, i1);
-          case 3:
-            return int8_tile<Bits, Blocks, 3>(task, row, rows, i0, i1);
-          case 4:
-            return int8_tile<Bits, Blocks, 4>(task, row, rows, i0, i1);
-          case 8:
-            return int8_tile<Bits, Blocks, 8>(task, row, rows, i0, i1);
-          default:
-            return int8_tile<Bits, Blocks, 0>(task, row, rows, i0, i1);
+        // One or two rows (decode, a cap-1 verify) run in a function of their own: with the
+        // wider passes in the same function, GCC's code for them took 1.4 % more instructions at
+        // m = 1 (callgrind, the default model); apart, 3 % fewer. So do three, four and eight
+        // rows (a small cap's verify, a batch of eight decodes) of 4- and 8-bit codes, the
+        // default model's: a whole forward at m = 3, 4 and 8 took 10 %, 8 % and 4 % fewer
+        // instructions (bench/forward_instructions) and 7 % less time at 3 and 4 (2 threads,
+        // Zen 3). Other widths keep the general function: each such function is more of this
+        // header's compile time, the build's longest. Five to seven rows as two calls (4 + the
+        // rest) measured no better.
+        if (i1 - i0 <= 2) return int8_tile<Bits, Blocks, 2>(task, row, rows, i0, i1);
+        if constexpr (Bits == 4 || Bits == 8) {
+          switch (i1 - i0) {
+            case 3:
+              return int8_tile<Bits, Blocks, 3>(task, row, rows, i0, i1);
+            case 4:
+              return int8_tile<Bits, Blocks, 4>(task, row, rows, i0, i1);
+            case 8:
+              return int8_tile<Bits, Blocks, 8>(task, row, rows, i0, i1);
+          }
         }
+        int8_tile<Bits, Blocks, 0>(task, row, rows, i0, i1);
       });
 }
 
