@@ -144,7 +144,7 @@ TEST_P(QuantInt8Test, EverySimdIsaEqualsScalarBitForBit) {
   // 37 output rows: not a multiple of the 8-row tile; 3 experts, the last one used.
   const int64_t rows = 37, cols = 5 * group(), experts = 3;
   const auto matrix = make_quant_matrix(bits(), group(), scale_dtype(), experts, rows, cols, 11);
-  for (int64_t m : {1, 2, 3, 5, 9, 17}) {
+  for (int64_t m : {1, 2, 3, 4, 5, 8, 9, 17}) {
     const auto x = batch_activations(m, cols, static_cast<uint32_t>(100 + m));
     std::vector<float> reference(m * rows);
     int8_product(Isa::scalar, x.data(), m, matrix.w, reference.data(), 2);
@@ -185,7 +185,9 @@ void check_tiled_products(const QuantMatrix& w, const QuantMatrix& tiled, int64_
   dequantize_rows_mlx(tiled, 1, 3, rows, from_tiles.data());
   dequantize_rows_mlx(w, 1, 3, rows, from_originals.data());
   EXPECT_EQ(compare(from_tiles.data(), from_originals.data(), rows - 3, cols), "");
-  for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 17}) {
+  // Every row count with a kernel function of its own (1-2, 3, 4, 8), the passes in between,
+  // and the interleaved buffer past 8.
+  for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 17}) {
     const auto x = batch_activations(m, cols, static_cast<uint32_t>(200 + m));
     std::vector<float> reference(m * rows);
     int8_product(Isa::scalar, x.data(), m, w, reference.data(), 2);
