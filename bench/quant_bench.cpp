@@ -4,7 +4,8 @@
 // unless DSPARK_NUMERICS=fp32).
 // Each benchmark cycles through enough copies of its matrix (>= 256 MiB) that the weights come
 // from memory, not from the last-level cache, as they do during decode; qmatmul_cached/... (the
-// default model's shapes) multiply one copy, from the caches.
+// default model's shapes) multiply one copy, from the caches; code_layout/... the default model's
+// 8-bit head from the caches with its codes in the tile layout and in the packed one.
 //
 // numerics/<shape>/<fp32|int8>/m<M>: both numerics side by side at m = 1, 8, 16 on 2 threads,
 // with GMACps (weight-activation products per second) beside the GB/s. peak_int8_macs: the
@@ -17,6 +18,8 @@
 //   quant_bench --benchmark_filter='numerics|peak' --benchmark_repetitions=3
 //   quant_bench --benchmark_filter='tile_loop|peak' --benchmark_repetitions=5
 //   quant_bench --benchmark_filter='qmatmul_cached' --benchmark_repetitions=5
+//   quant_bench --benchmark_filter=code_layout --benchmark_repetitions=10
+//       --benchmark_enable_random_interleaving=true
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
 #include <time.h>
@@ -50,13 +53,14 @@ uint64_t next_random(uint64_t& state) {
 
 // Random packed codes with bf16 scales and biases of realistic size, and the tile layouts the
 // model loader adds (weights.cpp: tile values wherever the int8 products read them, tile codes for
-// a 4-bit matrix of one expert), so that the products run the kernels' paths a model's do.
+// a matrix of one expert where the products read them), so that the products run the kernels' paths
+// a model's do; `with_tile_codes` false leaves the codes in the packed layout alone.
 struct QuantStorage {
   std::vector<uint8_t> packed, scales, biases, tile_values, tile_codes;
   QuantMatrix w;
 
-  QuantStorage(int bits, int64_t experts, int64_t rows, int64_t cols, uint64_t seed,
-               int group = 64) {
+  QuantStorage(int bits, int64_t experts, int64_t rows, int64_t cols, uint64_t seed, int group = 64,
+               bool with_tile_codes = true) {
     w.format = {bits, group};
     w.scale_dtype = dspark::DType::BF16;
     w.experts = experts;
@@ -84,7 +88,10 @@ struct QuantStorage {
     tile_values.resize(static_cast<size_t>(dspark::kernels::tile_values_bytes(w)));
     dspark::kernels::pack_tile_values(w, tile_values.data());
     w.tile_values = tile_values.data();
-    if (experts > 1 || !dspark::kernels::products_read_tile_codes(w.format.bits)) return;
+    if (!with_tile_codes || experts > 1 ||
+        !dspark::kernels::products_read_tile_codes(w.format.bits)) {
+      return;
+    }
     tile_codes.resize(static_cast<size_t>(dspark::kernels::tile_codes_bytes(w)));
     dspark::kernels::pack_tile_codes(w, tile_codes.data());
     w.tile_codes = tile_codes.data();
@@ -133,16 +140,18 @@ void report(benchmark::State& state, double bytes_per_iteration, int threads,
 // from_caches: one copy of the matrix, so that after the first call its weights come from the
 // caches and the time is the kernel's arithmetic (qmatmul_cached/...).
 void qmatmul_bench(benchmark::State& state, int bits, int64_t rows, int64_t cols, int64_t m,
-                   int threads, int group, dspark::kernels::Numerics numerics, bool from_caches) {
+                   int threads, int group, dspark::kernels::Numerics numerics, bool from_caches,
+                   bool with_tile_codes) {
   use_threads(threads);
   read_bandwidth_gbs(threads);
-  const QuantStorage first(bits, 1, rows, cols, 1, group);
+  const QuantStorage first(bits, 1, rows, cols, 1, group, with_tile_codes);
   const int64_t bytes = first.w.bytes_per_expert();
   const int64_t copies =
       from_caches ? 1 : std::max<int64_t>(1, (kMinWorkingSetBytes + bytes - 1) / bytes);
   std::vector<std::unique_ptr<QuantStorage>> matrices;
   for (int64_t c = 0; c < copies; ++c) {
-    matrices.push_back(std::make_unique<QuantStorage>(bits, 1, rows, cols, 100 + c, group));
+    matrices.push_back(
+        std::make_unique<QuantStorage>(bits, 1, rows, cols, 100 + c, group, with_tile_codes));
   }
   std::vector<float> x(m * cols), y(m * rows);
   uint64_t random = 99;
@@ -216,7 +225,7 @@ void register_default_model_benchmarks() {
                                std::to_string(shape.bits) + "_g32/m" + std::to_string(m) +
                                "/threads:1";
       benchmark::RegisterBenchmark(name.c_str(), qmatmul_bench, shape.bits, shape.rows, shape.cols,
-                                   m, 1, 32, dspark::kernels::numerics(), false)
+                                   m, 1, 32, dspark::kernels::numerics(), false, true)
           ->UseRealTime()
           ->Unit(benchmark::kMicrosecond);
     }
@@ -225,7 +234,21 @@ void register_default_model_benchmarks() {
                                std::to_string(shape.bits) + "_g32/m" + std::to_string(m) +
                                "/threads:1";
       benchmark::RegisterBenchmark(name.c_str(), qmatmul_bench, shape.bits, shape.rows, shape.cols,
-                                   m, 1, 32, dspark::kernels::numerics(), true)
+                                   m, 1, 32, dspark::kernels::numerics(), true, true)
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
+    }
+  }
+  // The 8-bit head from the caches with its codes in the tile layout (where this CPU's products
+  // read it) against the packed layout, side by side: run with
+  // --benchmark_enable_random_interleaving=true so that a drifting machine favours neither.
+  for (int64_t m : {1, 2, 3, 4, 8, 16}) {
+    for (bool tiled : {true, false}) {
+      const std::string name = std::string("code_layout/smollm2_lm_head_576x49152/b8_g32/") +
+                               (tiled ? "tile" : "packed") + "/m" + std::to_string(m) +
+                               "/threads:1";
+      benchmark::RegisterBenchmark(name.c_str(), qmatmul_bench, 8, 49152, 576, m, 1, 32,
+                                   dspark::kernels::numerics(), true, tiled)
           ->UseRealTime()
           ->Unit(benchmark::kMicrosecond);
     }
@@ -245,7 +268,7 @@ void register_numerics_benchmarks() {
                                    dspark::kernels::numerics_name(numerics) + "/m" +
                                    std::to_string(m) + "/threads:" + std::to_string(threads);
           benchmark::RegisterBenchmark(name.c_str(), qmatmul_bench, 4, shape.rows, shape.cols, m,
-                                       threads, 64, numerics, false)
+                                       threads, 64, numerics, false, true)
               ->UseRealTime()
               ->Unit(benchmark::kMicrosecond);
         }
@@ -442,7 +465,8 @@ void register_benchmarks() {
         const std::string name = std::string("qmatmul/") + shape.name + "/b" +
                                  std::to_string(bits) + "/m1/threads:" + std::to_string(threads);
         benchmark::RegisterBenchmark(name.c_str(), qmatmul_bench, bits, shape.rows, shape.cols,
-                                     int64_t{1}, threads, 64, dspark::kernels::numerics(), false)
+                                     int64_t{1}, threads, 64, dspark::kernels::numerics(), false,
+                                     true)
             ->UseRealTime()
             ->Unit(benchmark::kMicrosecond);
       }
@@ -460,7 +484,7 @@ void register_benchmarks() {
                                  std::to_string(m) + "/threads:" + std::to_string(threads);
         benchmark::RegisterBenchmark(name.c_str(), qmatmul_bench, bits, int64_t{10304},
                                      int64_t{2688}, m, threads, 64, dspark::kernels::numerics(),
-                                     false)
+                                     false, true)
             ->UseRealTime()
             ->Unit(benchmark::kMicrosecond);
       }

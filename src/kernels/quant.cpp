@@ -156,7 +156,9 @@ struct Int8Activations {
 bool spreads_activations(const cpu::KernelTable& table, const QuantMatrix& w, int64_t m,
                          int64_t task_rows) {
   constexpr int64_t kMaxSpreadRows = 16;
-  return table.spread_activations != nullptr && w.format.bits == 4 && w.tile_codes != nullptr &&
+  const bool spread_codes =
+      w.format.bits == 4 || (w.format.bits == 8 && table.spreads_byte_tile_codes);
+  return table.spread_activations != nullptr && spread_codes && w.tile_codes != nullptr &&
          cpu::spread_pays(task_rows, w.cols) && m <= kMaxSpreadRows;
 }
 
@@ -577,7 +579,9 @@ bool products_read_tile_values() {
 
 bool products_read_tile_codes(int bits) {
   if (!products_read_tile_values()) return false;
-  return cpu::has_tile_codes(bits) && (bits == 4 || best_isa() == Isa::avx512vnni);
+  const Isa isa = best_isa();
+  return cpu::has_tile_codes(bits) &&
+         (bits == 4 || isa == Isa::avx512vnni || cpu::kernel_table(isa).spreads_byte_tile_codes);
 }
 
 const char* isa_name(Isa isa) {

@@ -127,8 +127,9 @@ int64_t tile_codes_bytes(const QuantMatrix& w);
 void pack_tile_codes(const QuantMatrix& w, uint8_t* out, const RowsPacked& rows_packed = {});
 // Whether the int8 products of this process read the tile codes of `bits`-bit matrices: 4 bits
 // wherever they read tile values; 8 bits where the best ISA is AVX-512 VNNI, whose kernel they
-// serve best (the 256-bit kernels read them too, as their interleaved buffer, so that the kernel
-// plan may still time those on such a CPU).
+// serve best, or AVX2 without VNNI, whose 256-bit kernel multiplies them as nibble pairs. (The
+// AVX-VNNI kernel reads them too, as its interleaved buffer, so that the kernel plan may still time
+// it on an AVX-512 VNNI CPU.)
 bool products_read_tile_codes(int bits);
 
 // Quantize `rows` x `cols` fp32 weights the way mlx.core.quantize does, bit for bit. Scales and

@@ -231,6 +231,53 @@ TEST_P(QuantInt8Test, TileValuesAndCodesChangeNoBit) {
   }
 }
 
+// The largest codes against activations of one sign at the largest magnitude: the sums that
+// bound the SIMD kernels' 16-bit partial sums (two products of 15·127 per word, 16 per block).
+// Every ISA, with and without tile codes, matches the formula in double and the scalar reference
+// bit for bit; a saturated or wrapped partial sum misses both by far.
+TEST_P(QuantInt8Test, LargestCodesAndActivationsDoNotSaturate) {
+  const int64_t rows = 16, cols = 4 * group(), most_rows = 17;
+  auto matrix = make_quant_matrix(bits(), group(), scale_dtype(), 1, rows, cols, 29);
+  uint8_t* packed = matrix.storage.data() + (matrix.w.packed - matrix.storage.data());
+  std::fill_n(packed, rows * cols * bits() / 8, uint8_t{0xFF});
+  std::fill(matrix.codes.begin(), matrix.codes.end(), (1u << bits()) - 1);
+  // Row i: every input (i + 1) · ±1, so that every x8 is ±127; signs alternate by row.
+  std::vector<float> x(most_rows * cols);
+  for (int64_t i = 0; i < most_rows; ++i) {
+    std::fill_n(x.data() + i * cols, cols, static_cast<float>((i + 1) * (i % 2 == 0 ? 1 : -1)));
+  }
+  std::vector<uint8_t> values(static_cast<size_t>(tile_values_bytes(matrix.w)));
+  pack_tile_values(matrix.w, values.data());
+  std::vector<uint8_t> codes(static_cast<size_t>(tile_codes_bytes(matrix.w)));
+  std::vector<QuantMatrix> variants(1, matrix.w);
+  if (!codes.empty()) {
+    pack_tile_codes(matrix.w, codes.data());
+    variants.push_back(matrix.w);
+    variants.back().tile_values = values.data();
+    variants.back().tile_codes = codes.data();
+  }
+  for (int64_t m : {1, 2, 3, 4, 8, 17}) {
+    std::vector<float> reference(m * rows);
+    int8_product(Isa::scalar, x.data(), m, matrix.w, reference.data());
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t r = 0; r < rows; ++r) {
+        const FormulaValue expected = formula(x.data() + i * cols, matrix, 0, r);
+        ASSERT_NEAR(reference[i * rows + r], expected.value,
+                    (cols + 8) * kUnitRoundoff * expected.magnitude)
+            << "m=" << m << " row " << r << " activation " << i;
+      }
+    }
+    for (size_t v = 0; v < variants.size(); ++v) {
+      for (Isa isa : supported_isas()) {
+        std::vector<float> y(m * rows, -1.0f);
+        int8_product(isa, x.data(), m, variants[v], y.data());
+        EXPECT_EQ(compare(y.data(), reference.data(), m, rows), "")
+            << isa_name(isa) << " variant " << v << " m=" << m;
+      }
+    }
+  }
+}
+
 // Against the fp32 numerics: x8·d_b differs from x by at most d_b / 2 per element, and the bias
 // term uses the fp32 group sums, so |y_int8 - y_fp32| <= Σ_k |s_g·q_k|·d_b / 2 plus the fp32
 // roundings of both paths ((cols + 8)·u of each magnitude). Typical errors are far smaller: the

@@ -9,7 +9,8 @@
 // Codes of 2 and 4 bits are multiplied as bytes with vpmaddubsw (unsigned codes times signed
 // activations: two products per 16-bit sum, at most 2·15·127, no saturation); codes of 3, 5, 6
 // and 8 bits as 16-bit words with vpmaddwd (8-bit codes would saturate vpmaddubsw:
-// 2·255·127 > 32767). Every block of 32 inputs yields one exact int32 per row.
+// 2·255·127 > 32767), except 8-bit tile codes without VNNI, which meet vpmaddubsw as two nibbles
+// each (byte_tile_code_sums). Every block of 32 inputs yields one exact int32 per row.
 //
 // Up to 8 activation rows (decode, a verify) multiply codes unpacked in registers (4 bits: two
 // rows per vector), up to 4 rows side by side, and a transposing vphadd tree gathers the 8 rows'
@@ -57,6 +58,11 @@ constexpr int kRowsTogether = 4;
 
 template <int Bits>
 constexpr bool kByteCodes = Bits == 2 || Bits == 4;
+
+// Tile codes that any number of rows multiplies straight from the tile (4 bits; 8 bits as nibble
+// pairs without VNNI, byte_tile_code_sums), where other tile codes fill the interleaved buffer.
+template <int Bits>
+constexpr bool kRegisterTileCodes = Bits == 4 || (Bits == 8 && !kVnni);
 
 // 16 codes of 3, 5 or 6 bits span 2·Bits bytes. Word e of the shuffle (both 128-bit lanes hold the
 // same bytes; lane 1 serves codes 8-15) gathers the two bytes holding code e; multiplying by
@@ -387,6 +393,16 @@ __m256i interleaved_sums(const __m256i* steps, const void* activations) {
       });
 }
 
+// A vector of tile codes' bytes as its low nibbles and its high ones, each a byte.
+struct Nibbles {
+  __m256i low, high;
+};
+__attribute__((always_inline)) inline Nibbles split_nibbles(const uint8_t* p) {
+  const __m256i mask = _mm256_set1_epi8(15);
+  const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return {_mm256_and_si256(codes, mask), _mm256_and_si256(_mm256_srli_epi16(codes, 4), mask)};
+}
+
 // Word sums of R rows' products. For several rows, saturating adds (equal to wrapping ones here,
 // since no partial sum reaches 2^15): GCC reassociates vpaddw into a tree that kept every product
 // of a block live and spilled, but not vpaddsw. A lone row keeps vpaddw: its tree fits the
@@ -411,15 +427,12 @@ template <int R, typename StepActivations>
 __attribute__((always_inline)) inline void tile_code_sums(const uint8_t* block,
                                                           const StepActivations& step_activations,
                                                           __m256i* exact) {
-  const __m256i mask = _mm256_set1_epi8(15);
   // With AVX-VNNI one row's sums are two chains (low and high nibbles), so that a lone row does
   // not wait on vpdpbusd's latency at every step.
   __m256i sums[kVnni ? 2 * R : R];
 #pragma GCC unroll 4
   for (int s = 0; s < kTileCodeVectors; ++s) {
-    const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 32 * s));
-    const __m256i low = _mm256_and_si256(codes, mask);
-    const __m256i high = _mm256_and_si256(_mm256_srli_epi16(codes, 4), mask);
+    const auto [low, high] = split_nibbles(block + 32 * s);
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
 #if defined(__AVXVNNI__)
@@ -444,6 +457,39 @@ __attribute__((always_inline)) inline void tile_code_sums(const uint8_t* block,
     } else {
       exact[r] = _mm256_madd_epi16(sums[r], _mm256_set1_epi16(1));
     }
+  }
+}
+
+// The exact sums of R activation rows over one block of 8-bit tile codes (AVX2 without VNNI),
+// step_activations(r, k) giving row r's activations of step k in every dword. Vector k of the
+// block holds codes 4k .. 4k+3 of every row, a dword each. vpmaddubsw would saturate on whole
+// codes (2·255·127 > 2^15), so each code q = 16·high + low meets its activation twice, once per
+// nibble: the two nibbles' word sums stay apart (each at most 16 products of 15·127 < 2^15) and
+// join exactly in int32. Against widening the codes to words for vpmaddwd, a step needs no
+// broadcast (spread activations) and the rows' sums no vphaddd tree (Zen 3 runs it on one shuffle
+// pipe): 16 multiplies a block either way, and more instructions in all, yet 0.72-0.96x the time
+// at 1-8 rows and 0.70x at 16 (the 8-bit head from caches, quant_bench code_layout, session 48).
+template <int R, typename StepActivations>
+__attribute__((always_inline)) inline void byte_tile_code_sums(
+    const uint8_t* block, const StepActivations& step_activations, __m256i* exact) {
+  constexpr int kVectors = static_cast<int>(tile_code_vectors(8));
+  __m256i low_sums[R], high_sums[R];
+#pragma GCC unroll 8
+  for (int k = 0; k < kVectors; ++k) {
+    const auto [low, high] = split_nibbles(block + 32 * k);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const __m256i x = step_activations(r, k);
+      const __m256i low_words = _mm256_maddubs_epi16(low, x);
+      const __m256i high_words = _mm256_maddubs_epi16(high, x);
+      low_sums[r] = k == 0 ? low_words : add_words<R>(low_sums[r], low_words);
+      high_sums[r] = k == 0 ? high_words : add_words<R>(high_sums[r], high_words);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    exact[r] = _mm256_add_epi32(_mm256_madd_epi16(high_sums[r], _mm256_set1_epi16(16)),
+                                _mm256_madd_epi16(low_sums[r], _mm256_set1_epi16(1)));
   }
 }
 
@@ -662,9 +708,10 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
     }
   }
   // 4-bit tile codes are unpacked with three instructions per vector, less than the buffer's build
-  // and reloads cost: from caches 0.95-0.98x at 16 rows (scripts/int8_tile_ab.sh, Zen 3). 8-bit
-  // ones fill the buffer, every row count: they are its steps after a byte shuffle each.
-  if constexpr (Bits == 4) {
+  // and reloads cost: from caches 0.95-0.98x at 16 rows (scripts/int8_tile_ab.sh, Zen 3). So are
+  // 8-bit ones without VNNI, as nibble pairs; with VNNI they fill the buffer, every row count:
+  // they are its steps after a byte shuffle each.
+  if constexpr (kRegisterTileCodes<Bits>) {
     single = single || tile_codes != nullptr;
   } else {
     single = single && tile_codes == nullptr;
@@ -807,6 +854,30 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
           for (int r = 0; r < R; ++r) exact[r] = nibble_pair_sums(pairs, x8[r] + column);
           return;
         }
+        if constexpr (Bits == 8 && kRegisterTileCodes<Bits>) {
+          if (chunk_codes != nullptr) {
+            const uint8_t* block = chunk_codes + b * kTileBlockBytes;
+            if constexpr (Spread) {
+              const uint8_t* spread[R];
+              for (int r = 0; r < R; ++r) {
+                spread[r] = task.spread[i + r] + (c0 + column) * kSpreadBytesPerInput;
+              }
+              return byte_tile_code_sums<R>(
+                  block,
+                  [&](int r, int s) __attribute__((always_inline)) {
+                    return _mm256_load_si256(reinterpret_cast<const __m256i*>(spread[r]) + s);
+                  },
+                  exact);
+            }
+            return byte_tile_code_sums<R>(
+                block,
+                [&](int r, int s) __attribute__((always_inline)) {
+                  const auto* bytes = reinterpret_cast<const uint8_t*>(x8[r] + column);
+                  return _mm256_set1_epi32(static_cast<int>(load_u32(bytes + 4 * s)));
+                },
+                exact);
+          }
+        }
         __m256i q[kTileRows * kVectors];
 #pragma GCC unroll 8
         for (int t = 0; t < kTileRows; ++t) {
@@ -886,7 +957,7 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
       }
       with_scale_dtype(
           w.scale_dtype, [&]<DType D>() __attribute__((always_inline)) {
-            if constexpr (Bits == 4) {
+            if constexpr (kRegisterTileCodes<Bits>) {
               if (spread_codes) {
                 return rows_chunk.template operator()<R, ValueSource::tile, D, true>(i);
               }

@@ -142,10 +142,11 @@ constexpr int64_t tile_code_block_bytes(int bits) {
 constexpr int64_t kTileCodeVectors = tile_code_vectors(4);
 constexpr int64_t kTileCodeBytes = tile_code_block_bytes(4);
 
-// Activation rows spread for the 256-bit tiles' passes over 4-bit tile codes: each dword of x8
-// repeated in all 8 dwords of a 32-byte vector, so that vpmaddubsw reads the activations of a step
-// straight from memory where a broadcast per step cost a vector-pipe slot. Made once per product,
-// by the calling thread, when the table reads them and spread_pays for its tasks.
+// Activation rows spread for the 256-bit tiles' passes over 4-bit (and 8-bit) tile codes: each
+// dword of x8 repeated in all 8 dwords of a 32-byte vector, so that vpmaddubsw reads the
+// activations of a step straight from memory where a broadcast per step cost a vector-pipe slot.
+// Made once per product, by the calling thread, when the table reads them and spread_pays for its
+// tasks.
 constexpr int64_t kSpreadBytesPerInput = 8;
 // Every tile of a task reads all of the task's spread rows, so they pay while they stay near L1:
 // Zen 3, scripts/int8_tile_ab.sh from caches, against broadcasts: 4 and 8 rows of 576 inputs
@@ -179,6 +180,8 @@ struct KernelTable {
   // x8[cols] (in quantize_activations' order) spread into out[cols / 4]; null where int8_rows
   // does not read spread activations.
   void (*spread_activations)(const int8_t* x8, int64_t cols, SpreadVector* out);
+  // Whether int8_rows reads spread activations against 8-bit tile codes too, not only 4-bit ones.
+  bool spreads_byte_tile_codes;
 };
 
 // The AVX2 int8 kernels, which the AVX-512 table also uses (every AVX-512 CPU runs them).

@@ -271,15 +271,18 @@ uint64_t read_sweep_avx2(const uint8_t* data, int64_t bytes) {
 
 }  // namespace
 
-const KernelTable kAvx2Kernels = {tiles::quant_rows<Avx2>,   int8_rows_avx2,
-                                  quantize_activations_avx2, tiles::dense_rows<Avx2>,
-                                  bf16_to_f32_avx2,          f16_to_f32_avx2,
-                                  f32_to_bf16_avx2,          f32_to_f16_avx2,
-                                  read_sweep_avx2,           spread_activations_avx2};
-const KernelTable kAvxVnniKernels = {tiles::quant_rows<Avx2>,   int8_rows_avxvnni,
-                                     quantize_activations_avx2, tiles::dense_rows<Avx2>,
-                                     bf16_to_f32_avx2,          f16_to_f32_avx2,
-                                     f32_to_bf16_avx2,          f32_to_f16_avx2,
-                                     read_sweep_avx2,           spread_activations_avx2};
+// The two tables differ in their int8 kernel alone (and what it reads against 8-bit tile codes).
+constexpr KernelTable avx2_table(void (*int8_rows)(const Int8Task&, int64_t, int64_t),
+                                 bool spreads_byte_tile_codes) {
+  return {tiles::quant_rows<Avx2>,   int8_rows,
+          quantize_activations_avx2, tiles::dense_rows<Avx2>,
+          bf16_to_f32_avx2,          f16_to_f32_avx2,
+          f32_to_bf16_avx2,          f32_to_f16_avx2,
+          read_sweep_avx2,           spread_activations_avx2,
+          spreads_byte_tile_codes};
+}
+
+const KernelTable kAvx2Kernels = avx2_table(int8_rows_avx2, true);
+const KernelTable kAvxVnniKernels = avx2_table(int8_rows_avxvnni, false);
 
 }  // namespace dspark::kernels::cpu

@@ -229,16 +229,19 @@ uint64_t read_sweep_avx512(const uint8_t* data, int64_t bytes) {
 
 }  // namespace
 
-// Without VNNI the int8 entries are the AVX2 kernels, which every AVX-512 CPU runs.
-const KernelTable kAvx512Kernels = {tiles::quant_rows<Avx512>, int8_rows_avx2,
-                                    quantize_activations_avx2, tiles::dense_rows<Avx512>,
-                                    bf16_to_f32_avx512,        f16_to_f32_avx512,
-                                    f32_to_bf16_avx512,        f32_to_f16_avx512,
-                                    read_sweep_avx512,         spread_activations_avx2};
-const KernelTable kAvx512VnniKernels = {tiles::quant_rows<Avx512>, int8_rows_avx512vnni,
-                                        quantize_activations_avx2, tiles::dense_rows<Avx512>,
-                                        bf16_to_f32_avx512,        f16_to_f32_avx512,
-                                        f32_to_bf16_avx512,        f32_to_f16_avx512,
-                                        read_sweep_avx512,         nullptr};
+// The two tables differ in their int8 kernel and whether it reads spread activations. Without VNNI
+// the int8 entries are the AVX2 kernels, which every AVX-512 CPU runs.
+constexpr KernelTable avx512_table(void (*int8_rows)(const Int8Task&, int64_t, int64_t),
+                                   void (*spread)(const int8_t*, int64_t, SpreadVector*)) {
+  return {tiles::quant_rows<Avx512>, int8_rows,
+          quantize_activations_avx2, tiles::dense_rows<Avx512>,
+          bf16_to_f32_avx512,        f16_to_f32_avx512,
+          f32_to_bf16_avx512,        f32_to_f16_avx512,
+          read_sweep_avx512,         spread,
+          spread != nullptr};
+}
+
+const KernelTable kAvx512Kernels = avx512_table(int8_rows_avx2, spread_activations_avx2);
+const KernelTable kAvx512VnniKernels = avx512_table(int8_rows_avx512vnni, nullptr);
 
 }  // namespace dspark::kernels::cpu

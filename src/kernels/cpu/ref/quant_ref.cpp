@@ -195,6 +195,7 @@ uint64_t read_sweep_ref(const uint8_t* data, int64_t bytes) {
 
 const KernelTable kRefKernels = {
     quant_rows,     int8_rows,       quantize_activations, dense_rows,     bf16_to_f32_ref,
-    f16_to_f32_ref, f32_to_bf16_ref, f32_to_f16_ref,       read_sweep_ref, nullptr};
+    f16_to_f32_ref, f32_to_bf16_ref, f32_to_f16_ref,       read_sweep_ref, nullptr,
+    false};
 
 }  // namespace dspark::kernels::cpu
