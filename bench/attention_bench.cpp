@@ -159,8 +159,9 @@ void BM_DraftBlockAttention(benchmark::State& state) {
   const dspark::kernels::BlockAttentionSpec spec{q_heads, kv_heads, dim, false, 0, 1.0f / 8.0f};
   int64_t layer = 0;
   for (auto _ : state) {
-    dspark::kernels::block_attention(spec, q.data(), rows, keys[layer].data(), values[layer].data(),
-                                     past, block_keys.data(), block_values.data(), out.data());
+    dspark::kernels::block_attention(spec, q.data(), {0, rows}, keys[layer].data(),
+                                     values[layer].data(), past, block_keys.data(),
+                                     block_values.data(), rows, out.data());
     benchmark::DoNotOptimize(out.data());
     layer = (layer + 1) % layers;
   }

@@ -1,12 +1,12 @@
 # Writes OUTPUT, a header naming the forward pass's build: a hash of the sources of the modules a
-# forward runs (base, tensor, kernels, backend, model) and of BUILD (the compiler, build type and
-# flags). Calibrations are cached under it (src/speculative/calibration.cpp), so that a build whose
+# forward runs (base, tensor, kernels, backend, model, and speculative for the drafters' forward)
+# and of BUILD (the compiler, build type and flags). Calibrations are cached under it (src/speculative/calibration.cpp), so that a build whose
 # kernels changed measures its own costs. The header is rewritten only when the hash changes, so
 # that what includes it recompiles only then.
 #
 #   cmake -DSOURCE_DIR=<repo> -DOUTPUT=<header> -DBUILD="<compiler|type|flags>" -P forward_fingerprint.cmake
 set(hashes "${BUILD}\n")
-foreach(module base tensor kernels backend model)
+foreach(module base tensor kernels backend model speculative)
   file(GLOB_RECURSE files LIST_DIRECTORIES false RELATIVE "${SOURCE_DIR}"
        "${SOURCE_DIR}/src/${module}/*.h" "${SOURCE_DIR}/src/${module}/*.cpp"
        "${SOURCE_DIR}/src/${module}/*.cu")

@@ -1,12 +1,13 @@
 # The calibration key's build fingerprint (cmake/forward_fingerprint.cmake) on a scratch tree:
-# it changes when a forward source or the build flags change, not when a source outside the
-# forward does, and an unchanged fingerprint leaves the header untouched (so that nothing
+# it changes when a forward source (the target's or a drafter's) or the build flags change, not
+# when a source outside the forward does, and an unchanged fingerprint leaves the header untouched (so that nothing
 # recompiles).
 #
 #   cmake -DSCRIPT=<forward_fingerprint.cmake> -DWORK=<scratch dir> -P forward_fingerprint_test.cmake
 file(REMOVE_RECURSE "${WORK}")
 file(WRITE "${WORK}/src/kernels/cpu/tile.h" "int tile();\n")
 file(WRITE "${WORK}/src/model/model.cpp" "int model() { return 1; }\n")
+file(WRITE "${WORK}/src/speculative/backbone.cpp" "int draft() { return 1; }\n")
 file(WRITE "${WORK}/src/server/server.cpp" "int serve() { return 0; }\n")
 set(header "${WORK}/forward_fingerprint.h")
 
@@ -55,8 +56,13 @@ file(WRITE "${WORK}/src/kernels/cpu/tile.h" "int tile(int);\n")
 fingerprint("GNU 12|Release|-O3" kernel)
 expect_different("${kernel}" "${first}" "a changed kernel source kept the fingerprint ${first}")
 
+# A drafter's cost is calibrated under the same key.
+file(WRITE "${WORK}/src/speculative/backbone.cpp" "int draft() { return 2; }\n")
+fingerprint("GNU 12|Release|-O3" drafter)
+expect_different("${drafter}" "${kernel}" "a changed drafter source kept the fingerprint ${kernel}")
+
 fingerprint("GNU 12|Debug|-O0" flags)
-expect_different("${flags}" "${kernel}" "other build flags kept the fingerprint ${kernel}")
+expect_different("${flags}" "${drafter}" "other build flags kept the fingerprint ${drafter}")
 
 file(WRITE "${WORK}/src/model/extra.h" "int extra();\n")
 fingerprint("GNU 12|Debug|-O0" added)

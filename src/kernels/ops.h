@@ -134,13 +134,15 @@ void causal_attention_batch(const AttentionSequence* sequences, int64_t count, i
 void causal_attention_batch_isa(Isa isa, const AttentionSequence* sequences, int64_t count,
                                 int64_t q_heads, int64_t kv_heads, int64_t head_dim, float scale);
 
-// Attention of a drafter's block (a DSpark / DFlash backbone layer): query row i of `rows` sits at
+// Attention of a drafter's block (a DSpark / DFlash backbone layer): block row i of `rows` sits at
 // position past + i and sees the context's keys 0 .. past - 1 and the block's own keys (all of
 // them, or rows 0 .. i when `causal`), only those within `window` positions of it (window > 0),
-// plus an optional per-head sink: a logit in the softmax normaliser that adds no value. q, out:
-// [rows, q_heads, head_dim]; the context's and the block's keys and values are token-major
-// [kv_heads, head_dim] in separate buffers. Each key run goes through causal_attention's block
-// kernel in its fixed order, so a row's result is the same whatever the thread count and the ISA.
+// plus an optional per-head sink: a logit in the softmax normaliser that adds no value. Only the
+// rows in `queries` ask: q, out: [queries.count, q_heads, head_dim], block rows queries.first ...
+// The context's and the block's keys and values are token-major [kv_heads, head_dim] in separate
+// buffers, the block's for all `rows` rows. Each key run goes through causal_attention's block
+// kernel in its fixed order, so a row's result is the same whatever the thread count, the ISA and
+// the other rows that ask.
 struct BlockAttentionSpec {
   int64_t q_heads = 0, kv_heads = 0, head_dim = 0;
   bool causal = false;
@@ -148,12 +150,17 @@ struct BlockAttentionSpec {
   float scale = 1.0f;
   const float* sinks = nullptr;  // [q_heads] or null
 };
-void block_attention(const BlockAttentionSpec& spec, const float* q, int64_t rows,
+struct BlockQueries {
+  int64_t first = 0;
+  int64_t count = 0;
+};
+void block_attention(const BlockAttentionSpec& spec, const float* q, BlockQueries queries,
                      const float* context_keys, const float* context_values, int64_t past,
-                     const float* block_keys, const float* block_values, float* out);
-void block_attention_isa(Isa isa, const BlockAttentionSpec& spec, const float* q, int64_t rows,
-                         const float* context_keys, const float* context_values, int64_t past,
-                         const float* block_keys, const float* block_values, float* out);
+                     const float* block_keys, const float* block_values, int64_t rows, float* out);
+void block_attention_isa(Isa isa, const BlockAttentionSpec& spec, const float* q,
+                         BlockQueries queries, const float* context_keys,
+                         const float* context_values, int64_t past, const float* block_keys,
+                         const float* block_values, int64_t rows, float* out);
 
 // Causal depthwise convolution with carried state (docs/model-math.md §3.3). window: [kernel - 1,
 // channels], the raw inputs of the previous kernel - 1 tokens, oldest first. input: [rows,

@@ -3,45 +3,75 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/error.h"
 #include "model/state.h"
 
 namespace dspark {
 
-void attention_mixer(const AttentionWeights& weights, const AttentionShape& shape, const float* xn,
-                     int64_t rows, const Attend& attend, float* out) {
+namespace {
+
+// attention_mixer where the queries come from xq [queries, hidden] (rows of xn) while the keys and
+// values come from every row of xn: out [queries, hidden].
+void mix_attention(const AttentionWeights& weights, const AttentionShape& shape, const float* xn,
+                   int64_t rows, const float* xq, int64_t queries, const Attend& attend,
+                   float* out) {
   const int64_t hd = shape.head_dim;
   const int64_t q_width = shape.heads * hd, kv_width = shape.kv_heads * hd;
   thread_local std::vector<float> projected_b, q_b, gate_b, k_b, v_b, o_b;
-  float* q = grow(q_b, rows * q_width);
+  float* q = grow(q_b, queries * q_width);
   float* k = grow(k_b, rows * kv_width);
   float* v = grow(v_b, rows * kv_width);
-  float* o = grow(o_b, rows * q_width);
+  float* o = grow(o_b, queries * q_width);
   // Gated: per head [q | gate], split below; the gate is not normed.
-  float* projected = shape.gated_q ? grow(projected_b, rows * 2 * q_width) : q;
-  const LinearWeights* const projections[] = {weights.q_proj, weights.k_proj, weights.v_proj};
-  float* const outputs[] = {projected, k, v};
-  apply_shared(xn, rows, projections, outputs);
+  float* projected = shape.gated_q ? grow(projected_b, queries * 2 * q_width) : q;
+  if (xq == xn) {
+    const LinearWeights* const projections[] = {weights.q_proj, weights.k_proj, weights.v_proj};
+    float* const outputs[] = {projected, k, v};
+    apply_shared(xn, rows, projections, outputs);
+  } else {
+    const LinearWeights* const projections[] = {weights.k_proj, weights.v_proj};
+    float* const outputs[] = {k, v};
+    apply_shared(xn, rows, projections, outputs);
+    weights.q_proj->apply(xq, queries, projected);
+  }
   float* gate = nullptr;
   if (shape.gated_q) {
-    gate = grow(gate_b, rows * q_width);
-    for (int64_t r = 0; r < rows * shape.heads; ++r) {
+    gate = grow(gate_b, queries * q_width);
+    for (int64_t r = 0; r < queries * shape.heads; ++r) {
       std::copy_n(projected + r * 2 * hd, hd, q + r * hd);
       std::copy_n(projected + r * 2 * hd + hd, hd, gate + r * hd);
     }
   }
   if (weights.q_norm != nullptr) {
-    kernels::rms_norm(q, rows * shape.heads, hd, weights.q_norm, shape.eps, q);
+    kernels::rms_norm(q, queries * shape.heads, hd, weights.q_norm, shape.eps, q);
   }
   if (weights.k_norm != nullptr) {
     kernels::rms_norm(k, rows * shape.kv_heads, hd, weights.k_norm, shape.eps, k);
   }
   if (shape.magnitude != 1.0f) {
-    kernels::scale_in_place(q, rows * q_width, shape.magnitude);
+    kernels::scale_in_place(q, queries * q_width, shape.magnitude);
     kernels::scale_in_place(k, rows * kv_width, shape.magnitude);
   }
   attend(q, k, v, rows, o);
-  if (shape.gated_q) kernels::sigmoid_gate(o, gate, rows * q_width);
-  weights.o_proj->apply(o, rows, out);
+  if (shape.gated_q) kernels::sigmoid_gate(o, gate, queries * q_width);
+  weights.o_proj->apply(o, queries, out);
+}
+
+// hidden ← hidden + mlp(rms(hidden)) over `rows` rows, the second half of a block, in the scratch
+// buffers normed and out of at least rows * hidden_size floats.
+void mlp_half(const Qwen3BlockWeights& weights, int64_t hidden_size, float eps, float* hidden,
+              int64_t rows, float* normed, float* out) {
+  const int64_t n = rows * hidden_size;
+  kernels::rms_norm(hidden, rows, hidden_size, weights.post_attention_norm, eps, normed);
+  swiglu_mlp(weights.mlp, normed, rows, out);
+  kernels::add_in_place(hidden, out, n);
+}
+
+}  // namespace
+
+void attention_mixer(const AttentionWeights& weights, const AttentionShape& shape, const float* xn,
+                     int64_t rows, const Attend& attend, float* out) {
+  mix_attention(weights, shape, xn, rows, xn, rows, attend, out);
 }
 
 void swiglu_mlp(const SwigluWeights& weights, const float* x, int64_t rows, float* out) {
@@ -67,9 +97,26 @@ void qwen3_block(const Qwen3BlockWeights& weights, const AttentionShape& shape, 
   kernels::rms_norm(hidden, rows, hidden_size, weights.input_norm, eps, normed);
   attention_mixer(weights.attention, shape, normed, rows, attend, out);
   kernels::add_in_place(hidden, out, n);
-  kernels::rms_norm(hidden, rows, hidden_size, weights.post_attention_norm, eps, normed);
-  swiglu_mlp(weights.mlp, normed, rows, out);
-  kernels::add_in_place(hidden, out, n);
+  mlp_half(weights, hidden_size, eps, hidden, rows, normed, out);
+}
+
+void qwen3_block_rows(const Qwen3BlockWeights& weights, const AttentionShape& shape,
+                      int64_t hidden_size, float eps, const float* hidden, int64_t rows,
+                      std::span<const int64_t> kept, const Attend& attend, float* kept_hidden) {
+  const auto count = static_cast<int64_t>(kept.size());
+  thread_local std::vector<float> normed_b, asking_b, out_b;
+  float* normed = grow(normed_b, rows * hidden_size);
+  float* asking = grow(asking_b, count * hidden_size);
+  float* out = grow(out_b, count * hidden_size);
+  kernels::rms_norm(hidden, rows, hidden_size, weights.input_norm, eps, normed);
+  for (int64_t i = 0; i < count; ++i) {
+    if (kept[i] < 0 || kept[i] >= rows) fail("qwen3_block_rows: row {} of {}", kept[i], rows);
+    std::copy_n(normed + kept[i] * hidden_size, hidden_size, asking + i * hidden_size);
+    std::copy_n(hidden + kept[i] * hidden_size, hidden_size, kept_hidden + i * hidden_size);
+  }
+  mix_attention(weights.attention, shape, normed, rows, asking, count, attend, out);
+  kernels::add_in_place(kept_hidden, out, count * hidden_size);
+  mlp_half(weights, hidden_size, eps, kept_hidden, count, normed, out);
 }
 
 Attend cached_attention(const AttentionShape& shape, int64_t layer,

@@ -8,6 +8,7 @@
 // What differs between them is only how queries meet keys, so the caller supplies that step.
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <vector>
 
 #include "kernels/ops.h"
@@ -42,7 +43,7 @@ struct AttentionShape {
 
 // Given q [rows, heads, head_dim] and k, v [rows, kv_heads, head_dim] after the projections and
 // per-head norms, fills o [rows, heads, head_dim]: rotary embedding, any cache and the attention
-// itself. It may change q and k in place.
+// itself. It may change q and k in place. Under qwen3_block_rows, q and o hold the kept rows only.
 using Attend = std::function<void(float* q, float* k, const float* v, int64_t rows, float* o)>;
 
 // out [rows, hidden] = o_proj(attend(q, k, v)) for the normed input xn [rows, hidden].
@@ -69,6 +70,15 @@ struct Qwen3BlockWeights {
 // of hidden_size values; eps is the block norms' epsilon.
 void qwen3_block(const Qwen3BlockWeights& weights, const AttentionShape& shape, int64_t hidden_size,
                  float eps, float* hidden, int64_t rows, const Attend& attend);
+
+// qwen3_block's result for the rows `kept` (indices into hidden's `rows` rows) alone, written one
+// after another to kept_hidden [kept.size(), hidden_size]: every row's keys and values reach
+// attend, but the queries, o_proj and the MLP run for the kept rows only. Each kept row equals its
+// row of qwen3_block bit for bit (every op works row by row), for a fraction of the work where a
+// drafter's last layer needs only the drafting rows of its block.
+void qwen3_block_rows(const Qwen3BlockWeights& weights, const AttentionShape& shape,
+                      int64_t hidden_size, float eps, const float* hidden, int64_t rows,
+                      std::span<const int64_t> kept, const Attend& attend, float* kept_hidden);
 
 // The Attend of a model's own KV cache: per sequence span, the rotary embedding at the sequence's
 // positions (rope null: none), the new keys and values appended to cache slot `layer`, and causal

@@ -53,8 +53,9 @@ struct Calibration {
   std::optional<StaleCache> stale;
 };
 
-// The cache key: schema, the forward's build (kForwardFingerprint: a hash of the forward's sources
-// and build flags, so that a build with other kernels measures its own costs), CPU model, best
+// The cache key: schema, the forward's build (kForwardFingerprint: a hash of the target's and the
+// drafters' forward sources and build flags, so that a build with other kernels or another
+// drafter backbone measures its own costs), CPU model, best
 // ISA, threads, mode, target, drafter, quantisation and the target's decode bytes (which change
 // with any re-quantisation).
 std::string calibration_key(const Model& target, const CalibrationOptions& options);

@@ -73,17 +73,14 @@ void DFlashDrafter::propose_group(std::span<Drafter* const> members,
   const size_t n = drafting.size();
   if (n == 0) return;
   const auto rows = static_cast<int64_t>(blocks.size());
-  std::vector<float> embedded(rows * H), hidden(rows * H);
+  std::vector<float> embedded(rows * H);
   head.target().embed(blocks.data(), rows, embedded.data());
-  head.backbone().run_blocks(embedded.data(), widths, contexts, hidden.data());
-  // Slots 1 .. cap of every block through the lm_head in one pass.
+  // Slots 1 .. cap of every block out of the backbone, and through the lm_head in one pass.
   int64_t draft_rows = 0;
   for (int cap : caps) draft_rows += cap;
+  const std::vector<int64_t> outputs(caps.begin(), caps.end());
   std::vector<float> drafting_hidden(draft_rows * H), logits(draft_rows * V);
-  for (int64_t k = 0, first = 0, at = 0; k < static_cast<int64_t>(n); first += widths[k], ++k) {
-    std::copy_n(hidden.data() + (first + 1) * H, caps[k] * H, drafting_hidden.data() + at * H);
-    at += caps[k];
-  }
+  head.backbone().run_blocks(embedded.data(), widths, 1, outputs, contexts, drafting_hidden.data());
   head.logits(drafting_hidden.data(), draft_rows, logits.data());
   for (int64_t k = 0, at = 0; k < static_cast<int64_t>(n); at += caps[k], ++k) {
     const DraftRequest& request = *requests[slot[k]];

@@ -69,6 +69,8 @@ DSparkHead::DSparkHead(const std::string& directory, const Model& target,
          source);
   }
   t.check_all_used(ignored);
+  mask_embedding_.resize(H);
+  embed_token(b.mask_token_id, mask_embedding_.data());
 }
 
 int DSparkHead::max_drafts() const {
@@ -82,16 +84,19 @@ int64_t DSparkHead::block_width(int cap) const {
   return std::min<int64_t>(b.block_size, b.logits_start + std::max(1, cap));
 }
 
+void DSparkHead::embed_token(int32_t token, float* out) const {
+  if (embed_ != nullptr) {
+    embedding_row(embed_->weights, token, out);
+  } else {
+    target_.embed(&token, 1, out);
+  }
+}
+
 void DSparkHead::embed_block(int32_t anchor, int64_t width, float* out) const {
   const int64_t H = config_.backbone.hidden;
-  for (int64_t i = 0; i < width; ++i) {
-    const int32_t token = i == 0 ? anchor : config_.backbone.mask_token_id;
-    if (embed_ != nullptr) {
-      embedding_row(embed_->weights, token, out + i * H);
-    } else {
-      target_.embed(&token, 1, out + i * H);
-    }
-  }
+  if (width <= 0) return;
+  embed_token(anchor, out);
+  for (int64_t i = 1; i < width; ++i) std::copy_n(mask_embedding_.data(), H, out + i * H);
 }
 
 void DSparkHead::base_logits(const float* hidden, int64_t rows, float* logits) const {
@@ -179,21 +184,19 @@ void DSparkDrafter::propose_group(std::span<Drafter* const> members,
   const size_t n = drafting.size();
   if (n == 0) return;
 
-  // The blocks [anchor, mask ...] through the backbone in one pass.
+  // The blocks [anchor, mask ...] through the backbone in one pass, each block's drafting rows
+  // (start ... start + cap - 1) out of it, and those through the lm_head in one pass.
   int64_t rows = 0, draft_rows = 0;
   for (size_t k = 0; k < n; ++k) rows += widths[k], draft_rows += caps[k];
-  std::vector<float> block(rows * H), hidden(rows * H), drafting_hidden(draft_rows * H);
-  for (int64_t k = 0, first = 0; k < static_cast<int64_t>(n); first += widths[k], ++k) {
-    head.embed_block(asked[k]->committed.back(), widths[k], block.data() + first * H);
-  }
-  head.backbone().run_blocks(block.data(), widths, contexts, hidden.data());
-  // Each block's drafting rows (start ... start + cap - 1) through the lm_head in one pass.
-  std::vector<int64_t> first_draft_row(n);
+  std::vector<float> block(rows * H), drafting_hidden(draft_rows * H);
+  std::vector<int64_t> first_draft_row(n), outputs(caps.begin(), caps.end());
   for (int64_t k = 0, first = 0, at = 0; k < static_cast<int64_t>(n); first += widths[k], ++k) {
+    head.embed_block(asked[k]->committed.back(), widths[k], block.data() + first * H);
     first_draft_row[k] = at;
-    std::copy_n(hidden.data() + (first + start) * H, caps[k] * H, drafting_hidden.data() + at * H);
     at += caps[k];
   }
+  head.backbone().run_blocks(block.data(), widths, start, outputs, contexts,
+                             drafting_hidden.data());
   std::vector<float> logits(static_cast<size_t>(draft_rows * Vd));
   head.base_logits(drafting_hidden.data(), draft_rows, logits.data());
 

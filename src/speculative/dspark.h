@@ -35,7 +35,8 @@ class DSparkHead {
   // Backbone rows needed for `cap` drafts: the full block unless the block is causal.
   int64_t block_width(int cap) const;
 
-  // Embeds [anchor, mask x (width - 1)] into out [width, hidden].
+  // Embeds [anchor, mask x (width - 1)] into out [width, hidden] (the mask's row made once, at
+  // load).
   void embed_block(int32_t anchor, int64_t width, float* out) const;
   // lm_head (+ softcap) on normed rows: logits [rows, draft_vocab].
   void base_logits(const float* hidden, int64_t rows, float* logits) const;
@@ -50,12 +51,16 @@ class DSparkHead {
   int64_t weight_bytes() const;
 
  private:
+  // The drafter's own embedding row of `token`, or the target's: out [hidden].
+  void embed_token(int32_t token, float* out) const;
+
   std::unique_ptr<Checkpoint> checkpoint_;
   const Model& target_;
   DSparkConfig config_;
   std::unique_ptr<DrafterBackbone> backbone_;
   std::unique_ptr<DrafterLinear> embed_, lm_head_, markov_w1_, markov_w2_, confidence_;
   std::vector<int64_t> draft_to_target_;  // absolute target ids; empty for a full vocabulary
+  std::vector<float> mask_embedding_;     // [hidden]: every block row after the anchor
 };
 
 class DSparkDrafter final : public BackboneDrafter {

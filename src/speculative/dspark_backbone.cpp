@@ -165,19 +165,26 @@ void DrafterContext::reserve(int64_t rows) {
   capacity = grown;
 }
 
-void DrafterBackbone::run_block(const float* embedded, int64_t width, const DrafterContext& context,
-                                float* hidden) const {
-  const DrafterContext* contexts[] = {&context};
-  run_blocks(embedded, {&width, 1}, contexts, hidden);
-}
-
 void DrafterBackbone::run_blocks(const float* embedded, std::span<const int64_t> widths,
+                                 int64_t first_output, std::span<const int64_t> outputs,
                                  std::span<const DrafterContext* const> contexts,
                                  float* hidden) const {
   const BackboneConfig& c = config_;
   const int64_t H = c.hidden, hd = c.head_dim;
+  if (outputs.size() != widths.size() || contexts.size() != widths.size()) {
+    fail("drafter blocks: {} widths, {} output counts and {} contexts", widths.size(),
+         outputs.size(), contexts.size());
+  }
   int64_t rows = 0;
-  for (int64_t width : widths) rows += width;
+  std::vector<int64_t> kept;
+  for (size_t b = 0; b < widths.size(); ++b) {
+    if (first_output < 0 || outputs[b] < 0 || first_output + outputs[b] > widths[b]) {
+      fail("drafter block {}: rows [{}, {}) of {} asked", b, first_output,
+           first_output + outputs[b], widths[b]);
+    }
+    for (int64_t i = 0; i < outputs[b]; ++i) kept.push_back(rows + first_output + i);
+    rows += widths[b];
+  }
   std::vector<float> x(embedded, embedded + rows * H);
   const ComputeSections sections(contexts);
   const kernels::RopeSpec rope{inv_freq_.data(), c.rope_dims, c.rope_traditional, 1.0f};
@@ -185,6 +192,7 @@ void DrafterBackbone::run_blocks(const float* embedded, std::span<const int64_t>
   const int64_t q_width = c.heads * hd, kv_width = c.kv_heads * hd;
   for (int64_t l = 0; l < c.layers; ++l) {
     const Layer& layer = layers_[l];
+    const bool last = l + 1 == c.layers;
     const Qwen3BlockWeights weights{
         layer.input_norm.data(),
         layer.post_attention_norm.data(),
@@ -198,25 +206,37 @@ void DrafterBackbone::run_blocks(const float* embedded, std::span<const int64_t>
                                                 c.window[l],
                                                 1.0f / std::sqrt(static_cast<float>(hd)),
                                                 layer.sinks.empty() ? nullptr : layer.sinks.data()};
-    // Each block sits at positions p ..., after its own context.
+    // Each block sits at positions p ..., after its own context; in the last layer only its
+    // output rows ask, their queries one block after another.
     const Attend blocks_over_contexts = [&](float* q, float* k, const float* v, int64_t, float* o) {
-      int64_t first = 0;
+      int64_t first = 0, first_query = 0;
       for (size_t b = 0; b < widths.size(); ++b) {
         const DrafterContext& context = *contexts[b];
         const int64_t p = context.length, width = widths[b];
-        float* block_q = q + first * q_width;
+        const kernels::BlockQueries queries = last ? kernels::BlockQueries{first_output, outputs[b]}
+                                                   : kernels::BlockQueries{0, width};
+        float* block_q = q + first_query * q_width;
         float* block_k = k + first * kv_width;
-        kernels::rope(block_q, width, c.heads, hd, p, rope);
+        kernels::rope(block_q, queries.count, c.heads, hd, p + queries.first, rope);
         kernels::rope(block_k, width, c.kv_heads, hd, p, rope);
-        kernels::block_attention(attention, block_q, width, context.keys[l].as<float>(),
+        kernels::block_attention(attention, block_q, queries, context.keys[l].as<float>(),
                                  context.values[l].as<float>(), p, block_k, v + first * kv_width,
-                                 o + first * q_width);
+                                 width, o + first_query * q_width);
         first += width;
+        first_query += queries.count;
       }
     };
-    qwen3_block(weights, shape, H, c.eps, x.data(), rows, blocks_over_contexts);
+    if (last) {
+      std::vector<float> kept_hidden(kept.size() * H);
+      qwen3_block_rows(weights, shape, H, c.eps, x.data(), rows, kept, blocks_over_contexts,
+                       kept_hidden.data());
+      x = std::move(kept_hidden);
+    } else {
+      qwen3_block(weights, shape, H, c.eps, x.data(), rows, blocks_over_contexts);
+    }
   }
-  kernels::rms_norm(x.data(), rows, H, final_norm_.data(), c.eps, hidden);
+  kernels::rms_norm(x.data(), static_cast<int64_t>(kept.size()), H, final_norm_.data(), c.eps,
+                    hidden);
 }
 
 BackboneDrafter::BackboneDrafter(const DrafterBackbone& backbone, const void* head)

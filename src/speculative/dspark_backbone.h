@@ -50,16 +50,16 @@ class DrafterBackbone {
   // context exactly what its own append_context leaves, each weight read once.
   void append_contexts(std::span<const float* const> taps, std::span<const int64_t> counts,
                        std::span<DrafterContext* const> contexts) const;
-  // Runs the embedded block [width, hidden] at positions context.length ... and writes the
-  // final-normed hidden states [width, hidden].
-  void run_block(const float* embedded, int64_t width, const DrafterContext& context,
-                 float* hidden) const;
-  // run_block for many sequences in one pass: blocks[i] (widths[i] rows after contexts[i]) lie
-  // one after another in `embedded` and `hidden`. Every row equals its run_block row (the
-  // products are row invariant; attention and rope are per sequence), while each weight is read
-  // once for all the blocks.
-  void run_blocks(const float* embedded, std::span<const int64_t> widths,
-                  std::span<const DrafterContext* const> contexts, float* hidden) const;
+  // Runs the embedded blocks, widths[i] rows after contexts[i] each, one after another in
+  // `embedded`, at positions contexts[i].length ..., and writes the final-normed hidden states of
+  // each block's rows first_output .. first_output + outputs[i] - 1, one block after another, to
+  // hidden [Σ outputs, hidden]. The last layer runs queries, o_proj and the MLP for those rows
+  // alone; the other rows only lend it their keys and values. A row's result is the same whatever
+  // the other blocks and rows asked (products, norms and attention work row by row; rope and the
+  // contexts are per sequence), while each weight is read once for all the blocks.
+  void run_blocks(const float* embedded, std::span<const int64_t> widths, int64_t first_output,
+                  std::span<const int64_t> outputs, std::span<const DrafterContext* const> contexts,
+                  float* hidden) const;
   int64_t weight_bytes() const;
 
  private:

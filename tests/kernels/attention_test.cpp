@@ -356,11 +356,17 @@ struct DrafterBlock {
             with_sinks ? sinks.data() : nullptr};
   }
 
-  std::vector<float> attend(Isa isa, const BlockAttentionSpec& spec) const {
-    std::vector<float> out(rows * shape.q_heads * shape.head_dim);
-    block_attention_isa(isa, spec, q.data(), rows, context_keys.data(), context_values.data(), past,
-                        block_keys.data(), block_values.data(), out.data());
+  // The attention of the block rows in `queries`.
+  std::vector<float> attend(Isa isa, const BlockAttentionSpec& spec, BlockQueries queries) const {
+    const int64_t row_size = shape.q_heads * shape.head_dim;
+    std::vector<float> out(queries.count * row_size);
+    block_attention_isa(isa, spec, q.data() + queries.first * row_size, queries,
+                        context_keys.data(), context_values.data(), past, block_keys.data(),
+                        block_values.data(), rows, out.data());
     return out;
+  }
+  std::vector<float> attend(Isa isa, const BlockAttentionSpec& spec) const {
+    return attend(isa, spec, {0, rows});
   }
 
   // The largest difference from the attention written out in double precision: query row i at
@@ -449,11 +455,53 @@ TEST(BlockAttention, CausalRowsIgnoreTheRowsAfterThem) {
   const int64_t row_size = shape.q_heads * shape.head_dim;
   for (int64_t width = 1; width < 8; ++width) {
     std::vector<float> out(width * row_size);
-    block_attention(spec, block.q.data(), width, block.context_keys.data(),
+    block_attention(spec, block.q.data(), {0, width}, block.context_keys.data(),
                     block.context_values.data(), block.past, block.block_keys.data(),
-                    block.block_values.data(), out.data());
+                    block.block_values.data(), width, out.data());
     EXPECT_TRUE(same_bits(out, std::vector<float>(full.begin(), full.begin() + width * row_size)))
         << "width " << width;
+  }
+}
+
+// Any run of the block's rows may ask alone (a drafter's last layer needs only its drafting rows):
+// each asking row equals its row of the whole block's attention, on every ISA, bidirectional or
+// causal, with a window that cuts into the block's own rows or not.
+TEST(BlockAttention, RowsThatAskAloneGetTheWholeBlocksRows) {
+  const Shape shape{9, 3, 64};
+  const int64_t rows = 7, row_size = shape.q_heads * shape.head_dim;
+  for (int64_t past : {0, 300}) {
+    const DrafterBlock block(shape, rows, past, static_cast<uint32_t>(91 + past));
+    for (bool causal : {false, true}) {
+      for (int64_t window : {0, 3}) {
+        const BlockAttentionSpec spec = block.spec(causal, window, true);
+        for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) {
+          if (!isa_supported(isa)) continue;
+          const std::vector<float> full = block.attend(isa, spec);
+          for (int64_t first = 0; first < rows; ++first) {
+            for (int64_t count = 0; first + count <= rows; ++count) {
+              const std::vector<float> asked = block.attend(isa, spec, {first, count});
+              EXPECT_TRUE(
+                  same_bits(asked, std::vector<float>(full.begin() + first * row_size,
+                                                      full.begin() + (first + count) * row_size)))
+                  << isa_name(isa) << " past " << past << " causal " << causal << " window "
+                  << window << " rows " << first << " + " << count;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(BlockAttention, RowsOutsideTheBlockCannotAsk) {
+  const DrafterBlock block(Shape{9, 3, 64}, 7, 10, 5);
+  const BlockAttentionSpec spec = block.spec(false, 0, false);
+  std::vector<float> out(block.q.size());
+  for (BlockQueries queries : {BlockQueries{5, 3}, BlockQueries{-1, 2}, BlockQueries{0, -1}}) {
+    EXPECT_THROW(block_attention(spec, block.q.data(), queries, block.context_keys.data(),
+                                 block.context_values.data(), block.past, block.block_keys.data(),
+                                 block.block_values.data(), block.rows, out.data()),
+                 Error);
   }
 }
 

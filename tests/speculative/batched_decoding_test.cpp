@@ -3,11 +3,13 @@
 // returns alone, while the steps really do carry several sequences at once.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <random>
 
 #include "../sealed_backend.h"
+#include "base/error.h"
 #include "formats/model_store.h"
 #include "spec_models.h"
 #include "speculative/cap.h"
@@ -329,6 +331,86 @@ TEST(DSparkHeadDefaultModel, GenerationsOnSealedStatesEqualPlain) {
     EXPECT_EQ(runs[i]->decoder().result().tokens, plain[i]) << "together, prompt " << i;
   }
   EXPECT_GT(sealed.sections(), 0);
+}
+
+// The backbone's last layer runs queries, o_proj and the MLP for the rows a drafter asks for alone
+// (the block's other rows lend their keys and values): any run of a block's rows, asked alone or
+// beside another block's, equals those rows of the whole block bit for bit; and so a DSpark
+// draft's logits and confidences are the same at every cap.
+TEST(DSparkHeadDefaultModel, RowsAskedAloneEqualTheWholeBlocksRows) {
+  auto model = testing::load_default_model();
+  const auto head = std::make_shared<const DSparkHead>(
+      std::string(DSPARK_SOURCE_DIR) + "/data/dspark_head/SmolLM2-135M-Instruct-DSpark", *model,
+      DrafterLoadOptions{});
+  const DrafterBackbone& backbone = head->backbone();
+  const int64_t H = backbone.config().hidden, width = backbone.config().block_size;
+  for (const std::vector<int32_t>& prompt :
+       {std::vector<int32_t>{1, 4093, 198, 1780, 314, 260, 3575, 282, 4649, 47, 2, 198, 1, 520,
+                             9531, 198},
+        std::vector<int32_t>{504, 2365, 314, 260, 2365, 314, 260, 2365, 314, 260, 2365}}) {
+    DSparkDrafter drafter(head, 0.0f);
+    ModelState state = model->new_state();
+    ForwardOutput output;
+    const auto n = static_cast<int64_t>(prompt.size());
+    model->forward(prompt.data(), n, state, {n - 1}, drafter.tap_layers(), output);
+    drafter.on_target_rows(prompt.data(), n, output.taps.data());
+    std::vector<int32_t> committed = prompt;
+    committed.push_back(argmax(output.logits.data(), model->vocab_size()));
+
+    DrafterContext context = backbone.new_context();
+    backbone.append_context(output.taps.data(), n, context);
+    std::vector<float> block(width * H), whole(width * H);
+    head->embed_block(committed.back(), width, block.data());
+    const DrafterContext* one[] = {&context};
+    const int64_t all[] = {width};
+    backbone.run_blocks(block.data(), all, 0, all, one, whole.data());
+    std::vector<float> two_blocks(2 * width * H);
+    std::copy_n(block.data(), width * H, two_blocks.data());
+    std::copy_n(block.data(), width * H, two_blocks.data() + width * H);
+    const DrafterContext* both[] = {&context, &context};
+    const int64_t widths[] = {width, width};
+    for (int64_t first = 0; first < width; ++first) {
+      for (int64_t count = 0; first + count <= width; ++count) {
+        const int64_t asked[] = {count};
+        std::vector<float> rows(count * H);
+        backbone.run_blocks(block.data(), all, first, asked, one, rows.data());
+        EXPECT_EQ(std::memcmp(rows.data(), whole.data() + first * H, count * H * sizeof(float)), 0)
+            << "rows " << first << " + " << count;
+        const int64_t beside[] = {count, width - first};
+        std::vector<float> together((width - first + count) * H);
+        backbone.run_blocks(two_blocks.data(), widths, first, beside, both, together.data());
+        EXPECT_EQ(std::memcmp(together.data(), rows.data(), count * H * sizeof(float)), 0);
+        EXPECT_EQ(std::memcmp(together.data() + count * H, whole.data() + first * H,
+                              (width - first) * H * sizeof(float)),
+                  0)
+            << "the second block, rows " << first << " on";
+      }
+    }
+    const int64_t beyond[] = {width};
+    EXPECT_THROW(backbone.run_blocks(block.data(), all, 1, beyond, one, whole.data()), Error);
+
+    SamplingParams greedy;
+    Rng rng(0);
+    const int widest = head->max_drafts();
+    const Draft drafts = drafter.propose(DraftRequest{committed, widest, greedy, rng});
+    const std::vector<float> logits = drafter.last_logits();
+    const std::vector<float> confidences = drafter.last_confidences();
+    ASSERT_EQ(confidences.size(), static_cast<size_t>(widest));
+    const size_t row = logits.size() / widest;
+    for (int cap = 1; cap < widest; ++cap) {
+      const Draft draft = drafter.propose(DraftRequest{committed, cap, greedy, rng});
+      EXPECT_EQ(draft.tokens,
+                std::vector<int32_t>(drafts.tokens.begin(), drafts.tokens.begin() + cap));
+      ASSERT_EQ(drafter.last_logits().size(), cap * row);
+      EXPECT_EQ(std::memcmp(drafter.last_logits().data(), logits.data(), cap * row * sizeof(float)),
+                0)
+          << "cap " << cap;
+      EXPECT_EQ(
+          std::memcmp(drafter.last_confidences().data(), confidences.data(), cap * sizeof(float)),
+          0)
+          << "cap " << cap;
+    }
+  }
 }
 
 }  // namespace

@@ -374,36 +374,43 @@ void causal_attention_batch_isa(Isa isa, const AttentionSequence* sequences, int
   run_wave();
 }
 
-void block_attention(const BlockAttentionSpec& spec, const float* q, int64_t rows,
+void block_attention(const BlockAttentionSpec& spec, const float* q, BlockQueries queries,
                      const float* context_keys, const float* context_values, int64_t past,
-                     const float* block_keys, const float* block_values, float* out) {
-  block_attention_isa(best_isa(), spec, q, rows, context_keys, context_values, past, block_keys,
-                      block_values, out);
+                     const float* block_keys, const float* block_values, int64_t rows, float* out) {
+  block_attention_isa(best_isa(), spec, q, queries, context_keys, context_values, past, block_keys,
+                      block_values, rows, out);
 }
 
-void block_attention_isa(Isa isa, const BlockAttentionSpec& spec, const float* q, int64_t rows,
-                         const float* context_keys, const float* context_values, int64_t past,
-                         const float* block_keys, const float* block_values, float* out) {
+void block_attention_isa(Isa isa, const BlockAttentionSpec& spec, const float* q,
+                         BlockQueries queries, const float* context_keys,
+                         const float* context_values, int64_t past, const float* block_keys,
+                         const float* block_values, int64_t rows, float* out) {
   if (spec.kv_heads <= 0 || spec.q_heads % spec.kv_heads != 0) {
     fail("block_attention: {} query heads cannot share {} key heads", spec.q_heads, spec.kv_heads);
+  }
+  if (queries.first < 0 || queries.count < 0 || queries.first + queries.count > rows) {
+    fail("block_attention: rows [{}, {}) of a {}-row block cannot ask", queries.first,
+         queries.first + queries.count, rows);
   }
   const BlockKernel attend_block = attention_kernels(isa).attend_block;
   const int64_t dim = spec.head_dim, group = spec.q_heads / spec.kv_heads;
   const int64_t stride = spec.kv_heads * dim, partial_size = group * (2 + dim);
-  // Row i sees the context keys [context_begin(i), past) and the block's rows [block_begin(i),
-  // block_end(i)), each taken in runs of up to kAttentionKeyBlock keys (the context's first).
+  // Asking row i (block row queries.first + i) sees the context keys [context_begin(i), past) and
+  // the block's rows [block_begin(i), block_end(i)), each taken in runs of up to
+  // kAttentionKeyBlock keys (the context's first).
   struct RowRuns {
     int64_t context_begin, block_begin, block_end, context_runs, runs;
   };
-  std::vector<RowRuns> row_runs(static_cast<size_t>(rows));
+  const int64_t asking = queries.count;
+  std::vector<RowRuns> row_runs(static_cast<size_t>(asking));
   int64_t max_runs = 0;
-  for (int64_t i = 0; i < rows; ++i) {
-    const int64_t position = past + i;
+  for (int64_t i = 0; i < asking; ++i) {
+    const int64_t block_row = queries.first + i, position = past + block_row;
     const int64_t earliest = spec.window > 0 ? std::max<int64_t>(0, position - spec.window + 1) : 0;
     RowRuns& r = row_runs[i];
     r.context_begin = std::min(earliest, past);
     r.block_begin = std::max<int64_t>(0, earliest - past);
-    r.block_end = spec.causal ? i + 1 : rows;
+    r.block_end = spec.causal ? block_row + 1 : rows;
     r.context_runs = (past - r.context_begin + kAttentionKeyBlock - 1) / kAttentionKeyBlock;
     r.runs = r.context_runs +
              (r.block_end - r.block_begin + kAttentionKeyBlock - 1) / kAttentionKeyBlock;
@@ -414,7 +421,8 @@ void block_attention_isa(Isa isa, const BlockAttentionSpec& spec, const float* q
   // for all of them, where items of (row, kv head) each streamed the whole context (a 7-row draft
   // block at 3,000 tokens of context read it 7 times). The partials are merged per (row, query
   // head) in run order, as one row alone would merge them.
-  std::vector<float> partials(static_cast<size_t>(rows * spec.kv_heads * max_runs * partial_size));
+  std::vector<float> partials(
+      static_cast<size_t>(asking * spec.kv_heads * max_runs * partial_size));
   float* const base = partials.data();
   const auto partial_of = [base, &spec, max_runs, partial_size](int64_t i, int64_t kv,
                                                                 int64_t run) {
@@ -440,16 +448,16 @@ void block_attention_isa(Isa isa, const BlockAttentionSpec& spec, const float* q
   ThreadPool& pool = default_pool();
   pool.parallel_for(spec.kv_heads * max_runs, 1, [&](int64_t first, int64_t last, int) {
     thread_local std::vector<float> scores;
-    if (scores.size() < static_cast<size_t>(rows * group * kAttentionKeyBlock)) {
-      scores.resize(rows * group * kAttentionKeyBlock);
+    if (scores.size() < static_cast<size_t>(asking * group * kAttentionKeyBlock)) {
+      scores.resize(asking * group * kAttentionKeyBlock);
     }
     for (int64_t item = first; item < last; ++item) {
       const int64_t run = item % max_runs, kv = item / max_runs;
-      for (int64_t i = 0; i < rows;) {
+      for (int64_t i = 0; i < asking;) {
         const RunKeys keys = keys_of(i, run);
         const auto [in_context, begin, end] = keys;
         int64_t next = i + 1;
-        while (next < rows && keys_of(next, run) == keys) ++next;
+        while (next < asking && keys_of(next, run) == keys) ++next;
         if (end > begin) {
           const int64_t offset = begin * stride + kv * dim;
           cpu::AttentionBlock task;
@@ -472,7 +480,7 @@ void block_attention_isa(Isa isa, const BlockAttentionSpec& spec, const float* q
       }
     }
   });
-  pool.parallel_for(rows * spec.q_heads, 4, [&](int64_t first, int64_t last, int) {
+  pool.parallel_for(asking * spec.q_heads, 4, [&](int64_t first, int64_t last, int) {
     for (int64_t index = first; index < last; ++index) {
       const int64_t i = index / spec.q_heads, h = index % spec.q_heads;
       const int64_t kv = h / group, g = h % group;
