@@ -11,7 +11,8 @@ namespace dspark {
 namespace {
 
 // attention_mixer where the queries come from xq [queries, hidden] (rows of xn) while the keys and
-// values come from every row of xn: out [queries, hidden].
+// values come from every row of xn: out [queries, hidden]. xq null: every row of xn asks, its
+// queries projected with the keys and values in one pass over xn.
 void mix_attention(const AttentionWeights& weights, const AttentionShape& shape, const float* xn,
                    int64_t rows, const float* xq, int64_t queries, const Attend& attend,
                    float* out) {
@@ -24,7 +25,7 @@ void mix_attention(const AttentionWeights& weights, const AttentionShape& shape,
   float* o = grow(o_b, queries * q_width);
   // Gated: per head [q | gate], split below; the gate is not normed.
   float* projected = shape.gated_q ? grow(projected_b, queries * 2 * q_width) : q;
-  if (xq == xn) {
+  if (xq == nullptr) {
     const LinearWeights* const projections[] = {weights.q_proj, weights.k_proj, weights.v_proj};
     float* const outputs[] = {projected, k, v};
     apply_shared(xn, rows, projections, outputs);
@@ -71,7 +72,7 @@ void mlp_half(const Qwen3BlockWeights& weights, int64_t hidden_size, float eps, 
 
 void attention_mixer(const AttentionWeights& weights, const AttentionShape& shape, const float* xn,
                      int64_t rows, const Attend& attend, float* out) {
-  mix_attention(weights, shape, xn, rows, xn, rows, attend, out);
+  mix_attention(weights, shape, xn, rows, nullptr, rows, attend, out);
 }
 
 void swiglu_mlp(const SwigluWeights& weights, const float* x, int64_t rows, float* out) {

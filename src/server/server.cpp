@@ -226,6 +226,9 @@ struct Server::Impl {
   // writes the headers and the body of a plain response after the handler, and a shutdown that
   // closed the sockets in between would cut the body.
   std::atomic<int> unwritten{0};
+  // The connection threads of the accept loop (httplib owns them and ends them when the loop
+  // returns, after the last handler): /metrics reports them.
+  std::atomic<ConnectionThreads*> connection_threads{nullptr};
   // httplib's stop() does nothing until its accept loop runs, so a stop that comes before (a
   // model that fails to load at once) is remembered here and the loop is never entered.
   std::mutex listener_mutex;
@@ -852,7 +855,11 @@ struct Server::Impl {
       setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
     });
     const size_t threads = owner.options_.http_threads > 0 ? owner.options_.http_threads : 1024;
-    http.new_task_queue = [threads] { return new ConnectionThreads(threads); };
+    http.new_task_queue = [this, threads] {
+      auto* queue = new ConnectionThreads(threads);
+      connection_threads = queue;
+      return queue;
+    };
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       return pre_route(req, res);
     });
@@ -935,6 +942,11 @@ struct Server::Impl {
           {"dspark_resident_memory_bytes", double(current_rss_bytes())},
           {"dspark_peak_resident_memory_bytes", double(peak_rss_bytes())},
           {"dspark_model_ready", current_engine() ? 1.0 : 0.0}};
+      // This handler runs on one of them, so they exist.
+      if (const ConnectionThreads* threads = connection_threads.load()) {
+        gauges["dspark_http_threads"] = double(threads->threads());
+        gauges["dspark_http_connections_waiting"] = double(threads->waiting_jobs());
+      }
       if (auto engine = current_engine()) {
         const auto cache = engine->cache_counters();
         gauges["dspark_prefix_cache_lookups"] = double(cache.lookups);

@@ -16,6 +16,8 @@ DFlashHead::DFlashHead(const std::string& directory, const Model& target,
   DrafterTensors tensors(*checkpoint_, options.bits);
   backbone_ = std::make_unique<DrafterBackbone>(config_.backbone, tensors);
   tensors.check_all_used({});
+  mask_embedding_.resize(config_.backbone.hidden);
+  target.embed(&config_.backbone.mask_token_id, 1, mask_embedding_.data());
 }
 
 int64_t DFlashHead::block_width(int cap) const {
@@ -23,6 +25,13 @@ int64_t DFlashHead::block_width(int cap) const {
   const bool causal = std::all_of(b.causal.begin(), b.causal.end(), [](bool c) { return c; });
   if (!causal) return b.block_size;
   return std::min<int64_t>(b.block_size, 1 + std::max(1, cap));
+}
+
+void DFlashHead::embed_block(int32_t anchor, int64_t width, float* out) const {
+  const int64_t H = config_.backbone.hidden;
+  if (width <= 0) return;
+  target_.embed(&anchor, 1, out);
+  for (int64_t i = 1; i < width; ++i) std::copy_n(mask_embedding_.data(), H, out + i * H);
 }
 
 void DFlashHead::logits(const float* hidden, int64_t rows, float* out) const {
@@ -46,10 +55,9 @@ void DFlashDrafter::propose_group(std::span<Drafter* const> members,
   // The members that draft this pass (cap > 0), checked before any of them draws a number.
   std::vector<DFlashDrafter*> drafting;
   std::vector<size_t> slot;
-  std::vector<int> caps;
-  std::vector<int64_t> widths;
+  std::vector<int64_t> caps, widths;
   std::vector<const DrafterContext*> contexts;
-  std::vector<int32_t> blocks;
+  std::vector<int32_t> anchors;
   for (size_t m = 0; m < members.size(); ++m) {
     auto* drafter = static_cast<DFlashDrafter*>(members[m]);
     const DraftRequest& request = *requests[m];
@@ -67,26 +75,25 @@ void DFlashDrafter::propose_group(std::span<Drafter* const> members,
     caps.push_back(cap);
     widths.push_back(head.block_width(cap));
     contexts.push_back(&drafter->context());
-    blocks.push_back(request.committed.back());
-    blocks.insert(blocks.end(), widths.back() - 1, b.mask_token_id);
+    anchors.push_back(request.committed.back());
   }
   const size_t n = drafting.size();
   if (n == 0) return;
-  const auto rows = static_cast<int64_t>(blocks.size());
+  int64_t rows = 0, draft_rows = 0;
+  for (size_t k = 0; k < n; ++k) rows += widths[k], draft_rows += caps[k];
   std::vector<float> embedded(rows * H);
-  head.target().embed(blocks.data(), rows, embedded.data());
+  for (int64_t k = 0, first = 0; k < static_cast<int64_t>(n); first += widths[k], ++k) {
+    head.embed_block(anchors[k], widths[k], embedded.data() + first * H);
+  }
   // Slots 1 .. cap of every block out of the backbone, and through the lm_head in one pass.
-  int64_t draft_rows = 0;
-  for (int cap : caps) draft_rows += cap;
-  const std::vector<int64_t> outputs(caps.begin(), caps.end());
   std::vector<float> drafting_hidden(draft_rows * H), logits(draft_rows * V);
-  head.backbone().run_blocks(embedded.data(), widths, 1, outputs, contexts, drafting_hidden.data());
+  head.backbone().run_blocks(embedded.data(), widths, 1, caps, contexts, drafting_hidden.data());
   head.logits(drafting_hidden.data(), draft_rows, logits.data());
   for (int64_t k = 0, at = 0; k < static_cast<int64_t>(n); at += caps[k], ++k) {
     const DraftRequest& request = *requests[slot[k]];
     Draft& draft = drafts[slot[k]];
     drafting[k]->last_logits_.assign(logits.begin() + at * V, logits.begin() + (at + caps[k]) * V);
-    for (int i = 0; i < caps[k]; ++i) {
+    for (int64_t i = 0; i < caps[k]; ++i) {
       const float* row = logits.data() + (at + i) * V;
       if (request.sampling.greedy()) {
         draft.tokens.push_back(argmax(row, V));

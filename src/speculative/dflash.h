@@ -23,6 +23,9 @@ class DFlashHead {
   const Model& target() const { return target_; }
   int max_drafts() const { return static_cast<int>(config_.backbone.block_size - 1); }
   int64_t block_width(int cap) const;
+  // The block [anchor, mask ...] of `width` rows, embedded with the target's embedding: out
+  // [width, hidden].
+  void embed_block(int32_t anchor, int64_t width, float* out) const;
   // Logits [rows, vocab] of normed rows through the target's raw lm_head (+ the head's softcap).
   void logits(const float* hidden, int64_t rows, float* out) const;
   int64_t weight_bytes() const { return backbone_->weight_bytes(); }
@@ -32,6 +35,7 @@ class DFlashHead {
   const Model& target_;
   DFlashConfig config_;
   std::unique_ptr<DrafterBackbone> backbone_;
+  std::vector<float> mask_embedding_;  // [hidden]: every block row after the anchor
 };
 
 class DFlashDrafter final : public BackboneDrafter {

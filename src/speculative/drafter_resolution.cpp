@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <regex>
 
 #include "base/error.h"
+#include "formats/checkpoint.h"
 #include "speculative/calibration.h"
 #include "speculative/dflash.h"
 #include "speculative/drafter_loader.h"
@@ -223,15 +223,7 @@ const DrafterRegistryRow* find_registry_row(const std::string& model,
 }
 
 DecodeMode drafter_family(const std::string& directory) {
-  const std::string path = (fs::path(directory) / "config.json").string();
-  std::ifstream file(path);
-  if (!file) fail("{}: cannot read the drafter config", path);
-  nlohmann::json config;
-  try {
-    config = nlohmann::json::parse(file);
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: not valid JSON: {}", path, e.what());
-  }
+  const nlohmann::json config = read_json_file((fs::path(directory) / "config.json").string());
   return detect_drafter_packaging(config, directory) == DrafterPackaging::dflash
              ? DecodeMode::dflash
              : DecodeMode::dspark;

@@ -156,8 +156,7 @@ void DSparkDrafter::propose_group(std::span<Drafter* const> members,
   std::vector<DSparkDrafter*> drafting;
   std::vector<const DraftRequest*> asked;
   std::vector<size_t> slot;
-  std::vector<int> caps;
-  std::vector<int64_t> widths;
+  std::vector<int64_t> caps, widths;
   std::vector<const DrafterContext*> contexts;
   for (size_t m = 0; m < members.size(); ++m) {
     auto* drafter = static_cast<DSparkDrafter*>(members[m]);
@@ -189,14 +188,13 @@ void DSparkDrafter::propose_group(std::span<Drafter* const> members,
   int64_t rows = 0, draft_rows = 0;
   for (size_t k = 0; k < n; ++k) rows += widths[k], draft_rows += caps[k];
   std::vector<float> block(rows * H), drafting_hidden(draft_rows * H);
-  std::vector<int64_t> first_draft_row(n), outputs(caps.begin(), caps.end());
+  std::vector<int64_t> first_draft_row(n);
   for (int64_t k = 0, first = 0, at = 0; k < static_cast<int64_t>(n); first += widths[k], ++k) {
     head.embed_block(asked[k]->committed.back(), widths[k], block.data() + first * H);
     first_draft_row[k] = at;
     at += caps[k];
   }
-  head.backbone().run_blocks(block.data(), widths, start, outputs, contexts,
-                             drafting_hidden.data());
+  head.backbone().run_blocks(block.data(), widths, start, caps, contexts, drafting_hidden.data());
   std::vector<float> logits(static_cast<size_t>(draft_rows * Vd));
   head.base_logits(drafting_hidden.data(), draft_rows, logits.data());
 
@@ -204,10 +202,10 @@ void DSparkDrafter::propose_group(std::span<Drafter* const> members,
   // previous token): one pass per position, the bias of every block's previous token together.
   std::vector<int32_t> prev(n);
   for (size_t k = 0; k < n; ++k) prev[k] = asked[k]->committed.back();
-  const int most = *std::max_element(caps.begin(), caps.end());
+  const int64_t most = *std::max_element(caps.begin(), caps.end());
   std::vector<size_t> live;
   std::vector<float> embeddings, biases;
-  for (int i = 0; i < most; ++i) {
+  for (int64_t i = 0; i < most; ++i) {
     live.clear();
     for (size_t k = 0; k < n; ++k) {
       if (caps[k] > i) live.push_back(k);

@@ -777,6 +777,33 @@ def test_slow_connections_past_the_thread_cap_wait(smollm2):
         s.stop()
 
 
+def test_metrics_count_connection_threads_and_waiting_connections(smollm2):
+    """/metrics gauges the connection threads and the connections waiting for one: with
+    --http-threads 8, seven half-sent requests and the connection that will ask for /metrics hold
+    every thread, so the two connections opened after them wait."""
+    s = Serve(smollm2, "--http-threads", "8")
+    try:
+        slow = open_slow_connections(s.port, 7)
+        asking = s.connection(timeout=15)
+        asking.connect()
+        time.sleep(0.5)
+        slow += open_slow_connections(s.port, 2)
+        time.sleep(0.5)
+        asking.request("GET", "/metrics")
+        reply = asking.getresponse()
+        assert reply.status == 200
+        gauges = dict(line.split(" ", 1) for line in reply.read().decode().splitlines()
+                      if line.startswith("dspark_http_"))
+        asking.close()
+        assert float(gauges["dspark_http_threads"]) == 8, gauges
+        assert float(gauges["dspark_http_connections_waiting"]) == 2, gauges
+        for sock in slow:
+            sock.close()
+        assert health_within(s, 15) == 200
+    finally:
+        s.stop()
+
+
 def slow_schema_body(prefix):
     """A chat request whose schema takes seconds to compile: each of 190 properties unrolls its
     maxLength into 1000 rules, just under the compile's rule cap. `prefix` keeps the schema out
