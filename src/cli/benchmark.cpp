@@ -9,8 +9,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <sstream>
 
 #include "base/error.h"
@@ -294,6 +296,17 @@ std::vector<int> parse_levels(const std::string& text) {
   return levels;
 }
 
+// The order in which a trial runs its arms (arm 0 is plain decoding): odd trials run them in
+// reverse, so that a machine whose speed drifts within a trial does not favour the arm that
+// always runs first; each ratio still divides by plain decoding of the same trial. Trial 0 runs
+// plain first, since its tokens are what the other arms are compared with.
+std::vector<size_t> arm_order(size_t arms, int trial) {
+  std::vector<size_t> order(arms);
+  std::iota(order.begin(), order.end(), size_t{0});
+  if (trial % 2 == 1) std::reverse(order.begin(), order.end());
+  return order;
+}
+
 // One arm at one load, as a closed loop of `sequences` clients: every prompt is generated (at
 // least `sequences` generations, generation i on prompt i mod |prompts|), at most `sequences` at
 // once, stepped together (step_together: one batched target forward a step, as `serve
@@ -497,8 +510,7 @@ void run_benchmark(const BenchmarkOptions& options) {
     for (ArmResult& arm : report.arms) arm.prompts.push_back({prompt.suite, prompt.id, {}});
     std::vector<int32_t>& plain_tokens = plain_by_prompt[p];
     for (int trial = 0; trial < options.trials; ++trial) {
-      double plain_tok_s = 0.0;
-      for (size_t a = 0; a < arms.size(); ++a) {
+      for (const size_t a : arm_order(arms.size(), trial)) {
         StatePool pool = model.new_pool(1);
         DecodeStats decode;
         reset_peak_rss();
@@ -512,11 +524,7 @@ void run_benchmark(const BenchmarkOptions& options) {
         run.accept = figures["accept"].get<double>();
         run.generated = result.stats.generated_tokens;
         run.peak_rss_bytes = result.stats.peak_rss_bytes;
-        if (a == 0) {
-          plain_tok_s = run.tok_s;
-          if (trial == 0) plain_tokens = result.tokens;
-        }
-        run.speedup = plain_tok_s > 0 ? run.tok_s / plain_tok_s : 0.0;
+        if (a == 0 && trial == 0) plain_tokens = result.tokens;
         run.matches_plain =
             !report.compares_tokens(report.arms[a].mode) || result.tokens == plain_tokens;
         ArmResult& arm = report.arms[a];
@@ -538,6 +546,11 @@ void run_benchmark(const BenchmarkOptions& options) {
           totals.position_verified[i] += spec.position_verified[i];
           totals.position_accepted[i] += spec.position_accepted[i];
         }
+      }
+      const double plain_tok_s = report.arms[0].prompts.back().trials.back().tok_s;
+      for (ArmResult& arm : report.arms) {
+        TrialRun& run = arm.prompts.back().trials.back();
+        run.speedup = plain_tok_s > 0 ? run.tok_s / plain_tok_s : 0.0;
       }
     }
     fmt::print(stderr, "  [{}/{}] {}: plain {:.1f} tok/s", p + 1, prompts.size(), prompt.id,
@@ -565,16 +578,19 @@ void run_benchmark(const BenchmarkOptions& options) {
       report.loads.push_back(std::move(load));
     }
     for (int trial = 0; trial < options.trials; ++trial) {
-      LoadRates plain;
+      std::vector<LoadRates> rates(arms.size());
+      for (const size_t a : arm_order(arms.size(), trial)) {
+        LoadRun& load = report.loads[first + a];
+        rates[a] = run_load(model, prompts, plain_by_prompt, arms[a], config,
+                            report.compares_tokens(load.mode), load);
+      }
+      const LoadRates& plain = rates[0];
       for (size_t a = 0; a < arms.size(); ++a) {
         LoadRun& load = report.loads[first + a];
-        const LoadRates rates = run_load(model, prompts, plain_by_prompt, arms[a], config,
-                                         report.compares_tokens(load.mode), load);
-        if (a == 0) plain = rates;
-        load.tok_s.push_back(rates.all);
-        load.speedup.push_back(plain.all > 0 ? rates.all / plain.all : 0.0);
-        load.full_tok_s.push_back(rates.full);
-        load.full_speedup.push_back(plain.full > 0 ? rates.full / plain.full : 0.0);
+        load.tok_s.push_back(rates[a].all);
+        load.speedup.push_back(plain.all > 0 ? rates[a].all / plain.all : 0.0);
+        load.full_tok_s.push_back(rates[a].full);
+        load.full_speedup.push_back(plain.full > 0 ? rates[a].full / plain.full : 0.0);
       }
     }
   }

@@ -270,11 +270,17 @@ def test_sampled_arms_compare_plain_tokens_only_where_they_must_match(tiny_nemot
         assert runs[name]["matches_plain"] is None
         assert all(p["matches_plain"] is None for p in runs[name]["prompts"])
         assert runs[name]["tok_s"] > 0
+    baseline = {e["sequences"]: e for e in report["concurrency"] if e["run"] == "baseline"}
     for entry in report["concurrency"]:
         if entry["run"] == "baseline":
             assert entry["matches_plain"] is True, entry
         else:
             assert entry["matches_plain"] is None, entry
+        # The second trial runs the arms in reverse (baseline last); each trial's ratio still
+        # divides by the baseline of the same trial.
+        plain = baseline[entry["sequences"]]
+        assert entry["speedup"] == pytest.approx(statistics.median(
+            t / p for t, p in zip(entry["tok_s_trials"], plain["tok_s_trials"])))
     assert "OUTPUT DIFFERS" not in result.stderr + result.stdout
 
 
