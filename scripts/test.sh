@@ -39,7 +39,24 @@ ctest_in() {
   (cd "$dir" && ctest --output-on-failure --timeout 1500 -j"$jobs" "$@") && return 0
   local listed="$dir/Testing/Temporary/LastTestsFailed.log"
   [[ -f "$listed" ]] && mapfile -t -O "${#failed_tests[@]}" failed_tests < <(sed "s|^|$dir: |" "$listed")
+  failure_tails+=("$(print_failure_tails "$dir")")
   return 1
+}
+
+# The last lines each failed test printed (pytest's short summary, gtest's failed expectations),
+# from ctest's full log: the summary repeats them, since CI shows only the end of the log.
+failure_tails=()
+print_failure_tails() {
+  local dir="$1" name
+  while IFS=: read -r _ name; do
+    echo "  --- $dir: $name (its last lines)"
+    awk -v test="$name" '
+      $0 ~ "^[0-9]+/[0-9]+ Test: " && $3 == test { inside = 1; count = 0; next }
+      inside && /^<end of output>/ { exit }
+      inside { lines[count++ % 25] = $0 }
+      END { for (i = (count > 25 ? count - 25 : 0); i < count; ++i) print "    " lines[i % 25] }
+    ' "$dir/Testing/Temporary/LastTest.log" | cut -c1-400
+  done < "$dir/Testing/Temporary/LastTestsFailed.log"
 }
 
 # The ISAs this CPU runs, widest first (the same test as the kernels' dispatch).
@@ -101,6 +118,7 @@ printf '  %s\n' "${timings[@]}"
 if ((${#failed_tests[@]})); then
   echo "  failed tests:"
   printf '    %s\n' "${failed_tests[@]}"
+  printf '%s\n' "${failure_tails[@]}"
 fi
 if ((${#failed[@]})); then
   echo "test.sh: failed stages: ${failed[*]}"

@@ -218,14 +218,14 @@ def test_auto_finds_the_drafter_beside_the_model(dirs, tmp_path, monkeypatch):
     assert health["lookup_drafts"] is True
     assert "prompt-lookup drafts tried before the drafter's" in log
     # The cap derived from this machine's costs: on a tiny target, where the drafter costs about
-    # what a verify row does, plain steps (cap 0) may pay best, and then the drafter drafts no
-    # round (lookup drafts still may).
+    # what a verify row does, plain steps (cap 0) may pay best at the reference depth. The
+    # scheduler prices each round at the generation's own depth, where a short context makes
+    # rows cheaper, so the drafter may still draft a round (and lookup drafts may too).
     cap = int(re.search(r"; cap (\d+)[ ,]", log)[1])
     stats = streamed[2]
     assert stats["cap"] == cap
     if cap == 0:
         assert "no cap pays" in log
-        assert stats["rounds"] == stats["lookup_rounds"]
         assert stats["target_forwards"] == stats["rounds"] + stats["plain_steps"] + 1
     else:
         assert_drafter_stats(stats, "dspark")
