@@ -28,10 +28,8 @@ int64_t DFlashHead::block_width(int cap) const {
 }
 
 void DFlashHead::embed_block(int32_t anchor, int64_t width, float* out) const {
-  const int64_t H = config_.backbone.hidden;
-  if (width <= 0) return;
-  target_.embed(&anchor, 1, out);
-  for (int64_t i = 1; i < width; ++i) std::copy_n(mask_embedding_.data(), H, out + i * H);
+  embed_draft_block([&](float* row) { target_.embed(&anchor, 1, row); }, mask_embedding_, width,
+                    out);
 }
 
 void DFlashHead::logits(const float* hidden, int64_t rows, float* out) const {

@@ -93,10 +93,7 @@ void DSparkHead::embed_token(int32_t token, float* out) const {
 }
 
 void DSparkHead::embed_block(int32_t anchor, int64_t width, float* out) const {
-  const int64_t H = config_.backbone.hidden;
-  if (width <= 0) return;
-  embed_token(anchor, out);
-  for (int64_t i = 1; i < width; ++i) std::copy_n(mask_embedding_.data(), H, out + i * H);
+  embed_draft_block([&](float* row) { embed_token(anchor, row); }, mask_embedding_, width, out);
 }
 
 void DSparkHead::base_logits(const float* hidden, int64_t rows, float* logits) const {

@@ -4,6 +4,7 @@
 // context K/V (append-only, roped at their absolute positions); a draft block [anchor, mask ...]
 // at positions p .. p + w - 1 runs through qwen3 layers whose attention reads [ctx ; block]
 // with the head's pattern (bidirectional, or causal with a sliding window, optional sinks).
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -106,5 +107,16 @@ class BackboneDrafter : public Drafter {
   const DrafterBackbone& backbone_;
   const void* head_;
 };
+
+// A draft block's embedded rows [anchor, mask, ..., mask] into out [width, hidden]: embed_anchor
+// writes the anchor's row, and every later row copies mask_row, which the head embedded at load.
+template <typename EmbedAnchor>
+void embed_draft_block(EmbedAnchor&& embed_anchor, std::span<const float> mask_row, int64_t width,
+                       float* out) {
+  if (width <= 0) return;
+  embed_anchor(out);
+  const int64_t hidden = static_cast<int64_t>(mask_row.size());
+  for (int64_t i = 1; i < width; ++i) std::copy_n(mask_row.data(), hidden, out + i * hidden);
+}
 
 }  // namespace dspark
