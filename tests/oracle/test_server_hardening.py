@@ -5,6 +5,7 @@ busy and out-of-range ports, and shutdown endings. Every refusal is checked for 
 and error shape, and the server is checked to still answer afterwards."""
 import http.client
 import json
+import os
 import pathlib
 import signal
 import socket
@@ -786,17 +787,32 @@ def test_metrics_count_connection_threads_and_waiting_connections(smollm2):
         slow = open_slow_connections(s.port, 7)
         asking = s.connection(timeout=15)
         asking.connect()
-        time.sleep(0.5)
+
+        def gauges_once(wanted_threads, wanted_waiting):
+            """The gauges, asked again on the kept-alive connection until they read as wanted
+            (the listener accepts at its own pace) or 15 s pass."""
+            deadline = time.monotonic() + 15
+            while True:
+                asking.request("GET", "/metrics")
+                reply = asking.getresponse()
+                assert reply.status == 200
+                gauges = {name: float(value) for name, value in (
+                    line.split(" ", 1) for line in reply.read().decode().splitlines()
+                    if line.startswith("dspark_http_"))}
+                if ((gauges["dspark_http_threads"], gauges["dspark_http_connections_waiting"])
+                        == (wanted_threads, wanted_waiting) or time.monotonic() > deadline):
+                    return gauges
+                time.sleep(0.05)
+
+        # The seven slow connections and this one hold every thread; then two more wait.
+        gauges = gauges_once(8, 0)
+        assert (gauges["dspark_http_threads"], gauges["dspark_http_connections_waiting"]) == \
+            (8, 0), gauges
         slow += open_slow_connections(s.port, 2)
-        time.sleep(0.5)
-        asking.request("GET", "/metrics")
-        reply = asking.getresponse()
-        assert reply.status == 200
-        gauges = dict(line.split(" ", 1) for line in reply.read().decode().splitlines()
-                      if line.startswith("dspark_http_"))
+        gauges = gauges_once(8, 2)
         asking.close()
-        assert float(gauges["dspark_http_threads"]) == 8, gauges
-        assert float(gauges["dspark_http_connections_waiting"]) == 2, gauges
+        assert gauges["dspark_http_threads"] == 8, gauges
+        assert gauges["dspark_http_connections_waiting"] == 2, gauges
         for sock in slow:
             sock.close()
         assert health_within(s, 15) == 200
@@ -819,13 +835,29 @@ def slow_schema_body(prefix):
 ABANDONED = "the request was abandoned while its schema compiled"
 
 
+def cpu_seconds(proc):
+    """The CPU time (user + system) the process has used so far."""
+    fields = pathlib.Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_until_busy(proc, since, seconds=0.2, timeout=60):
+    """Waits until the process has spent `seconds` of CPU time since `since` (cpu_seconds): an
+    idle server spends none, so its compile is then under way, however loaded the machine."""
+    deadline = time.monotonic() + timeout
+    while cpu_seconds(proc) - since < seconds:
+        assert time.monotonic() < deadline, "the server never got busy"
+        time.sleep(0.02)
+
+
 def test_a_schema_compile_stops_when_the_client_leaves(server):
     body = json.dumps(slow_schema_body(f"left{time.time_ns()}_")).encode()
     with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        idle = cpu_seconds(server.proc)
         sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
                      b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
                      + body)
-        time.sleep(0.3)  # the compile is under way, far from its end
+        wait_until_busy(server.proc, idle)  # the compile is under way, far from its end
     deadline = time.time() + 60
     logged = []
     while not logged and time.time() < deadline:
@@ -841,9 +873,10 @@ def test_a_schema_compile_stops_when_the_client_leaves(server):
 def test_sigterm_during_a_schema_compile_answers_503_at_once(smollm2):
     s = Serve(smollm2, "--shutdown-grace", "30")
     try:
+        idle = cpu_seconds(s.proc)
         worker = run_in_thread(lambda: s.request("POST", "/v1/chat/completions",
                                                  slow_schema_body("term")))
-        time.sleep(0.3)
+        wait_until_busy(s.proc, idle)
         s.proc.send_signal(signal.SIGTERM)
         worker[0].join(timeout=60)
         status, _, body = worker[1]["value"]

@@ -60,9 +60,10 @@ TEST_F(Calibrate, MeasuresEveryCostAndCachesIt) {
 
   Calibration cached = first;
   Calibration second = calibrate(*model_, lookup, options_);
-  if (second.stale) {
-    // `first` was timed in a slow spell (a neighbouring test on the same cores): the stale check
-    // measured again and replaced it, and that entry is what the next call reads.
+  for (int remeasured = 0; second.stale && remeasured < 4; ++remeasured) {
+    // The cached entry was timed in a slow spell (a neighbouring test on the same cores): the
+    // stale check measured again and replaced it, and that entry is what the next call reads.
+    EXPECT_FALSE(second.from_cache);
     cached = second;
     second = calibrate(*model_, lookup, options_);
   }
