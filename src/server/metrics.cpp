@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <tuple>
 
+#include "base/error.h"
+
 namespace dspark::server {
 namespace {
 
@@ -61,16 +63,21 @@ Metrics::Metrics()
       e2e_(kLatencyBounds),
       accept_per_round_(kAcceptBounds) {}
 
+std::string route_pattern(std::string_view path) {
+  for (const ServedRoute& route : kServedRoutes) {
+    if (route.path != path) continue;
+    if (path == "/") return "/";
+    return fmt::format("{}{}/?", route.under_v1 ? "(?:/v1)?" : "", path);
+  }
+  fail("route_pattern: '{}' is not a served route", path);
+}
+
 std::string endpoint_label(std::string_view path) {
   while (path.size() > 1 && path.back() == '/') path.remove_suffix(1);
-  if (path.starts_with("/v1/")) path.remove_prefix(3);
-  for (std::string_view api : {"/chat/completions", "/completions", "/messages",
-                               "/messages/count_tokens", "/responses", "/models"}) {
-    if (path == api) return "/v1" + std::string(api);
-  }
-  for (std::string_view route : {"/", "/health", "/metrics", "/tokenize", "/detokenize",
-                                 "/apply-template", "/props", "/slots"}) {
-    if (path == route) return std::string(route);
+  const bool under_v1 = path.starts_with("/v1/");
+  if (under_v1) path.remove_prefix(3);
+  for (const ServedRoute& route : kServedRoutes) {
+    if (path == route.path && (!under_v1 || route.under_v1)) return std::string(route.label);
   }
   return "other";
 }

@@ -29,9 +29,39 @@ class Histogram {
   int64_t count_ = 0;
 };
 
-// The endpoint label of a request path: the route it names ("/v1/chat/completions" for
-// "/chat/completions/" too), or "other" for every path no route serves, so that a client can
-// neither add series at will nor write into the exposition text.
+// A route the server serves: its path, whether it also answers under /v1, and its label in
+// /metrics. One table for the routes the server registers (route_pattern) and the labels requests
+// get (endpoint_label), so that the two cannot drift apart.
+struct ServedRoute {
+  std::string_view path;
+  bool under_v1;
+  std::string_view label;
+};
+inline constexpr std::array<ServedRoute, 14> kServedRoutes = {{
+    {"/chat/completions", true, "/v1/chat/completions"},
+    {"/completions", true, "/v1/completions"},
+    {"/messages", true, "/v1/messages"},
+    {"/messages/count_tokens", true, "/v1/messages/count_tokens"},
+    {"/responses", true, "/v1/responses"},
+    {"/models", true, "/v1/models"},
+    {"/health", true, "/health"},
+    {"/metrics", true, "/metrics"},
+    // llama.cpp's utility routes, which some clients probe.
+    {"/tokenize", false, "/tokenize"},
+    {"/detokenize", false, "/detokenize"},
+    {"/apply-template", false, "/apply-template"},
+    {"/props", false, "/props"},
+    {"/slots", false, "/slots"},
+    {"/", false, "/"},
+}};
+
+// The pattern the server registers for a kServedRoutes path: a trailing slash allowed, and the
+// /v1 prefix where the table says so. Throws for a path the table does not list.
+std::string route_pattern(std::string_view path);
+
+// The endpoint label of a request path: the label of the route that serves it
+// ("/v1/chat/completions" for "/chat/completions/" too), or "other" for every path no route
+// serves, so that a client can neither add series at will nor write into the exposition text.
 std::string endpoint_label(std::string_view path);
 
 struct RequestRecord {

@@ -616,7 +616,7 @@ struct Server::Impl {
 
   // A JSON-bodied utility route: parse the body, answer with `handler`'s JSON or an error in the
   // OpenAI shape (503 while loading, 400 for bad input).
-  void json_route(const std::string& pattern,
+  void json_route(std::string_view path,
                   std::function<Json(Engine&, const Json&, const httplib::Request&)> handler,
                   bool post) {
     auto respond = [this, handler](const httplib::Request& req, httplib::Response& res) {
@@ -637,9 +637,9 @@ struct Server::Impl {
       }
     };
     if (post) {
-      http.Post(pattern, respond);
+      http.Post(route_pattern(path), respond);
     } else {
-      http.Get(pattern, respond);
+      http.Get(route_pattern(path), respond);
     }
   }
 
@@ -647,7 +647,7 @@ struct Server::Impl {
   // /apply-template, /props, /slots.
   void add_llama_cpp_routes() {
     json_route(
-        "/tokenize/?",
+        "/tokenize",
         [](Engine& engine, const Json& body, const httplib::Request&) {
           const std::string content = json_string(body.value("content", Json()), "content");
           const bool add_special =
@@ -667,7 +667,7 @@ struct Server::Impl {
         },
         true);
     json_route(
-        "/detokenize/?",
+        "/detokenize",
         [](Engine& engine, const Json& body, const httplib::Request&) {
           const Json& tokens = body.value("tokens", Json());
           if (!tokens.is_array()) throw ApiError(400, "'tokens' must be a list of token ids");
@@ -682,13 +682,13 @@ struct Server::Impl {
         },
         true);
     json_route(
-        "/apply-template/?",
+        "/apply-template",
         [](Engine& engine, const Json& body, const httplib::Request&) {
           return Json({{"prompt", engine.prepare(openai::parse_chat(body)).text}});
         },
         true);
     json_route(
-        "/props/?",
+        "/props",
         [](Engine& engine, const Json&, const httplib::Request&) {
           return Json({{"default_generation_settings", {{"n_ctx", engine.context_window()}}},
                        {"n_ctx", engine.context_window()},
@@ -700,7 +700,7 @@ struct Server::Impl {
         },
         false);
     json_route(
-        "/slots/?",
+        "/slots",
         [](Engine& engine, const Json&, const httplib::Request& req) {
           const std::vector<bool> busy = engine.slots_busy();
           if (std::all_of(busy.begin(), busy.end(), [](bool b) { return b; }) &&
@@ -894,11 +894,11 @@ struct Server::Impl {
           }
         });
 
-    auto route = [this](const std::string& suffix, Route kind) {
-      const std::string pattern = "(?:/v1)?" + suffix + "/?";
-      http.Post(pattern, [this, kind](const httplib::Request& req, httplib::Response& res) {
-        handle_generation(req, res, kind);
-      });
+    auto route = [this](std::string_view path, Route kind) {
+      http.Post(route_pattern(path),
+                [this, kind](const httplib::Request& req, httplib::Response& res) {
+                  handle_generation(req, res, kind);
+                });
     };
     route("/chat/completions", Route::chat);
     route("/completions", Route::completion);
@@ -906,7 +906,7 @@ struct Server::Impl {
     route("/messages/count_tokens", Route::count_tokens);
     route("/responses", Route::responses);
 
-    http.Get("(?:/v1)?/health/?", [this](const httplib::Request&, httplib::Response& res) {
+    http.Get(route_pattern("/health"), [this](const httplib::Request&, httplib::Response& res) {
       auto engine = current_engine();
       if (!engine || draining) {
         const char* status = draining ? "shutting_down" : "loading";
@@ -921,7 +921,7 @@ struct Server::Impl {
       }
       res.set_content(dump_json(engine->health()), "application/json");
     });
-    http.Get("(?:/v1)?/models/?", [this](const httplib::Request&, httplib::Response& res) {
+    http.Get(route_pattern("/models"), [this](const httplib::Request&, httplib::Response& res) {
       auto engine = current_engine();
       Json data = Json::array();
       if (engine) {
@@ -936,7 +936,7 @@ struct Server::Impl {
       }
       res.set_content(dump_json(Json({{"object", "list"}, {"data", data}})), "application/json");
     });
-    http.Get("(?:/v1)?/metrics/?", [this](const httplib::Request&, httplib::Response& res) {
+    http.Get(route_pattern("/metrics"), [this](const httplib::Request&, httplib::Response& res) {
       std::optional<StepCounters> batch;
       std::map<std::string, double> gauges = {
           {"dspark_resident_memory_bytes", double(current_rss_bytes())},
@@ -965,7 +965,7 @@ struct Server::Impl {
                       "text/plain; version=0.0.4");
     });
     add_llama_cpp_routes();
-    http.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    http.Get(route_pattern("/"), [](const httplib::Request&, httplib::Response& res) {
       res.set_content(dump_json(Json({{"status", "ok"}, {"server", "dspark"}})),
                       "application/json");
     });

@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <regex>
+#include <string>
+
+#include "base/error.h"
 #include "server/metrics.h"
 
 namespace dspark::server {
@@ -289,6 +293,10 @@ TEST(Metrics, UnroutedPathsShareOneLabel) {
   EXPECT_EQ(endpoint_label("/v1/messages/count_tokens"), "/v1/messages/count_tokens");
   EXPECT_EQ(endpoint_label("/v1/health"), "/health");
   EXPECT_EQ(endpoint_label("/"), "/");
+  // llama.cpp's utility routes are served without the prefix only.
+  EXPECT_EQ(endpoint_label("/tokenize/"), "/tokenize");
+  EXPECT_EQ(endpoint_label("/v1/tokenize"), "other");
+  EXPECT_EQ(endpoint_label("/v1/"), "other");
   Metrics metrics;
   for (const char* path : {"/x\ninjected 1\n#", "/a\"b\\", "/v1/chat/\xff", "/v2/models"}) {
     RequestRecord record;
@@ -336,6 +344,22 @@ TEST(Metrics, SlotSeriesCarryTheSlotLabel) {
     ++headers;
   }
   EXPECT_EQ(headers, 1u);
+}
+
+// The server registers each route through route_pattern, so a path it answers is one that
+// endpoint_label names: every table entry, with a trailing slash and, where listed, under /v1.
+TEST(Metrics, EveryServedRouteIsRegisteredAsItIsLabelled) {
+  for (const ServedRoute& route : kServedRoutes) {
+    const std::regex pattern(route_pattern(route.path));
+    const std::string path(route.path);
+    EXPECT_TRUE(std::regex_match(path, pattern)) << path;
+    EXPECT_EQ(endpoint_label(path), route.label);
+    if (path == "/") continue;
+    EXPECT_TRUE(std::regex_match(path + "/", pattern)) << path;
+    EXPECT_EQ(std::regex_match("/v1" + path, pattern), route.under_v1) << path;
+    EXPECT_EQ(endpoint_label("/v1" + path), route.under_v1 ? std::string(route.label) : "other");
+  }
+  EXPECT_THROW(route_pattern("/unlisted"), dspark::Error);
 }
 
 }  // namespace
