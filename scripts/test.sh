@@ -39,7 +39,9 @@ ctest_in() {
   (cd "$dir" && ctest --output-on-failure --timeout 1500 -j"$jobs" "$@") && return 0
   local listed="$dir/Testing/Temporary/LastTestsFailed.log"
   [[ -f "$listed" ]] && mapfile -t -O "${#failed_tests[@]}" failed_tests < <(sed "s|^|$dir: |" "$listed")
-  failure_tails+=("$(print_failure_tails "$dir")")
+  local tails
+  tails="$(print_failure_tails "$dir")"
+  [[ -n "$tails" ]] && failure_tails+=("$tails")
   return 1
 }
 
@@ -48,6 +50,9 @@ ctest_in() {
 failure_tails=()
 print_failure_tails() {
   local dir="$1" name
+  local log="$dir/Testing/Temporary/LastTest.log" listed="$dir/Testing/Temporary/LastTestsFailed.log"
+  # A run that failed before any test (ctest itself) leaves no lists to read.
+  [[ -f "$log" && -f "$listed" ]] || return 0
   while IFS=: read -r _ name; do
     echo "  --- $dir: $name (its last lines)"
     awk -v test="$name" '
@@ -55,8 +60,8 @@ print_failure_tails() {
       inside && /^<end of output>/ { exit }
       inside { lines[count++ % 25] = $0 }
       END { for (i = (count > 25 ? count - 25 : 0); i < count; ++i) print "    " lines[i % 25] }
-    ' "$dir/Testing/Temporary/LastTest.log" | cut -c1-400
-  done < "$dir/Testing/Temporary/LastTestsFailed.log"
+    ' "$log" | cut -c1-400
+  done < "$listed"
 }
 
 # The ISAs this CPU runs, widest first (the same test as the kernels' dispatch).
