@@ -296,6 +296,11 @@ std::vector<int> parse_levels(const std::string& text) {
   return levels;
 }
 
+// A rate over plain decoding's rate in the same trial; 0 where plain decoding produced none.
+double speedup_over(double rate, double plain_rate) {
+  return plain_rate > 0 ? rate / plain_rate : 0.0;
+}
+
 // The order in which a trial runs its arms (arm 0 is plain decoding): odd trials run them in
 // reverse, so that a machine whose speed drifts within a trial does not favour the arm that
 // always runs first; each ratio still divides by plain decoding of the same trial. Trial 0 runs
@@ -550,7 +555,7 @@ void run_benchmark(const BenchmarkOptions& options) {
       const double plain_tok_s = report.arms[0].prompts.back().trials.back().tok_s;
       for (ArmResult& arm : report.arms) {
         TrialRun& run = arm.prompts.back().trials.back();
-        run.speedup = plain_tok_s > 0 ? run.tok_s / plain_tok_s : 0.0;
+        run.speedup = speedup_over(run.tok_s, plain_tok_s);
       }
     }
     fmt::print(stderr, "  [{}/{}] {}: plain {:.1f} tok/s", p + 1, prompts.size(), prompt.id,
@@ -588,9 +593,9 @@ void run_benchmark(const BenchmarkOptions& options) {
       for (size_t a = 0; a < arms.size(); ++a) {
         LoadRun& load = report.loads[first + a];
         load.tok_s.push_back(rates[a].all);
-        load.speedup.push_back(plain.all > 0 ? rates[a].all / plain.all : 0.0);
+        load.speedup.push_back(speedup_over(rates[a].all, plain.all));
         load.full_tok_s.push_back(rates[a].full);
-        load.full_speedup.push_back(plain.full > 0 ? rates[a].full / plain.full : 0.0);
+        load.full_speedup.push_back(speedup_over(rates[a].full, plain.full));
       }
     }
   }

@@ -817,9 +817,7 @@ struct Server::Impl {
         return refuse(req, res, ApiError(411, "a POST needs a Content-Length header"));
       }
     }
-    std::string path = req.path;
-    while (path.size() > 1 && path.back() == '/') path.pop_back();
-    if (path == "/health" || path == "/v1/health" || owner.options_.api_key.empty()) {
+    if (endpoint_label(req.path) == "/health" || owner.options_.api_key.empty()) {
       return Handler::Unhandled;
     }
     std::string key = req.get_header_value("x-api-key");
