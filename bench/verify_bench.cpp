@@ -2,7 +2,8 @@
 // DSPARK_VERIFY_MODEL):
 // one forward of `width` rows after a 64-token context (DSPARK_VERIFY_CONTEXT to change it), logits
 // for every row (as the verify step asks), restored after each timing so the context depth stays
-// fixed. BM_VerifyAttention: the attention calls of such a forward alone. (quant_bench
+// fixed. BM_BatchStep: one batched step of that many sequences, one row each. BM_VerifyAttention:
+// the attention calls of such a forward alone. (quant_bench
 // --benchmark_filter=smollm2 times the model's quantized products alone at the same widths.)
 //
 //   scripts/install_default_model.sh   (or DSPARK_VERIFY_MODEL=<checkpoint dir>)
@@ -126,6 +127,46 @@ void BM_VerifyForward(benchmark::State& state) {
 BENCHMARK(BM_VerifyForward)
     ->ArgName("width")
     ->DenseRange(1, 8)
+    ->Arg(16)
+    ->Unit(benchmark::kMillisecond)
+    ->UseManualTime();
+
+// One batched step (Model::forward_batch, as `serve --parallel` and `benchmark --concurrency` run
+// it) of `sequences` sequences, one row each after its own 64-token context, logits for every
+// row: beside BM_VerifyForward at the same width, what carrying the rows as separate sequences
+// costs (attention and state per sequence). Each state is restored after each timing.
+void BM_BatchStep(benchmark::State& state) {
+  dspark::Model* model = default_model(state);
+  if (model == nullptr) return;
+  const int sequences = static_cast<int>(state.range(0));
+  dspark::StatePool pool = model->new_pool(sequences);
+  std::vector<dspark::SequenceId> ids;
+  std::vector<dspark::StateSnapshot> after_context;
+  std::vector<std::vector<int32_t>> next(sequences);
+  std::vector<dspark::ForwardOutput> outs(sequences);
+  std::vector<dspark::SequenceRun> runs;
+  for (int s = 0; s < sequences; ++s) {
+    ids.push_back(pool.open());
+    const std::vector<int32_t> context = synthetic_tokens(kContext, model->vocab_size(), 97 * s);
+    dspark::SequenceRun prompt{context.data(), kContext, ids.back(), {kContext - 1}, {}, &outs[s]};
+    model->forward_batch({prompt}, pool);
+    after_context.push_back(pool.snapshot(ids.back()));
+    next[s] = synthetic_tokens(1, model->vocab_size(), 97 * s + kContext);
+    runs.push_back({next[s].data(), 1, ids.back(), {0}, {}, &outs[s]});
+  }
+  for (auto _ : state) {
+    const double start = dspark::now_seconds();
+    model->forward_batch(runs, pool);
+    state.SetIterationTime(dspark::now_seconds() - start);
+    for (int s = 0; s < sequences; ++s) pool.restore(ids[s], after_context[s]);
+  }
+}
+BENCHMARK(BM_BatchStep)
+    ->ArgName("sequences")
+    ->Arg(1)
+    ->Arg(2)
+    ->Arg(4)
+    ->Arg(8)
     ->Arg(16)
     ->Unit(benchmark::kMillisecond)
     ->UseManualTime();

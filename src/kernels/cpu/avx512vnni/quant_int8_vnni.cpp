@@ -15,12 +15,13 @@
 // take a single pass with each block unpacked into registers as it is reached: there the buffer's
 // stores and reloads cost more than they save (2 and 3 rows of 4-bit codes 0.76-0.79x the time,
 // quant_bench qmatmul_cached). 4- and 8-bit tile codes (quant.h), packed at load, are interleaved
-// already, for every number of rows. A single activation row (decode) is bound by the weight
-// stream, and interleaving would cost more than the products: 4- and 8-bit codes without tile codes
-// multiply the activations as they lie in memory, 4 blocks per vector, and one reduction per 4
-// blocks gathers the 16 rows' sums; other widths interleave each block as they use it. The 8-bit
-// tile codes are one stream where the rows were 16, and need neither the reduction nor the
-// interleave: from memory, 8-bit products of one row took 0.81-0.89x the time and of 4 rows
+// already, for every number of rows, and each pass of 4 rows unpacks them into registers again,
+// which costs less than the buffer's stores and reloads. A single activation row (decode) is bound
+// by the weight stream, and interleaving would cost more than the products: 4- and 8-bit codes
+// without tile codes multiply the activations as they lie in memory, 4 blocks per vector, and one
+// reduction per 4 blocks gathers the 16 rows' sums; other widths interleave each block as they use
+// it. The 8-bit tile codes are one stream where the rows were 16, and need neither the reduction
+// nor the interleave: from memory, 8-bit products of one row took 0.81-0.89x the time and of 4 rows
 // 0.82-0.85x (quant_bench, one thread, Emerald Rapids; docs/benchmarks, session 42).
 #include <algorithm>
 #include <cstring>
@@ -590,9 +591,13 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
   alignas(64) float biases[kChunkGroups][kTileRows];
   alignas(64) float acc[kActivationBlockRows][kTileRows];
   alignas(64) float bias_acc[kActivationBlockRows][kTileRows];
+  // A zero the compiler cannot see: zeroing the accumulators with a constant became two memset
+  // calls per tile, 3-6% of the samples of a verify forward of 8 or 16 rows (perf, Zen 4).
+  __m512 zero = _mm512_setzero_ps();
+  asm("" : "+v"(zero));
   for (int64_t i = 0; i < i1 - i0; ++i) {
-    _mm512_store_ps(acc[i], _mm512_setzero_ps());
-    _mm512_store_ps(bias_acc[i], _mm512_setzero_ps());
+    _mm512_store_ps(acc[i], zero);
+    _mm512_store_ps(bias_acc[i], zero);
   }
   const int8_t* x8[kActivationBlockRows];
   const float* d[kActivationBlockRows];
@@ -665,18 +670,35 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
       with_row_count(i1 - i0, direct);
       continue;
     }
-    for (int64_t b = 0; b < blocks; ++b) unpack_block(b, codes[b]);
-    // Passes of 4 rows over the buffer, the 1 to 3 rows left in one pass together.
-    for (int64_t i = 0; i < i1 - i0; i += kRowsAtOnce) {
-      const auto pass = [&]<int N>() __attribute__((always_inline)) {
-        const auto sums_of = [&](int64_t b, int k) __attribute__((always_inline)) {
-          if (i == 0 && k == 0) prefetch_block(b);
-          return block_sums(codes[b], x8[i + k] + b * kInt8Block);
+    // More rows take passes of kRowsAtOnce. Codes without the tile layout, whose unpacking
+    // interleaves 16 rows, are unpacked once into the buffer; tile codes are unpacked into
+    // registers again by each pass, which made 8 4-bit rows 0.90x the time of the buffer
+    // (quant_bench qmatmul_cached, one thread, Zen 4). The single pass above stays apart: taking
+    // up to 4 rows through this loop too made them 1.07-1.11x the time.
+    const auto passes = [&]<bool Buffered>() __attribute__((always_inline)) {
+      for (int64_t i = 0; i < i1 - i0; i += kRowsAtOnce) {
+        const auto pass = [&]<int N>() __attribute__((always_inline)) {
+          __m512i steps[kSteps];
+          const auto sums_of = [&](int64_t b, int k) __attribute__((always_inline)) {
+            if (i == 0 && k == 0) prefetch_block(b);
+            if constexpr (Buffered) {
+              return block_sums(codes[b], x8[i + k] + b * kInt8Block);
+            } else {
+              if (k == 0) unpack_block(b, steps);
+              return block_sums(steps, x8[i + k] + b * kInt8Block);
+            }
+          };
+          accumulate_chunk<BlocksPerGroup, N>(sums_of, chunk_groups, d + i, xsums + i, scales,
+                                              biases, acc + i, bias_acc + i);
         };
-        accumulate_chunk<BlocksPerGroup, N>(sums_of, chunk_groups, d + i, xsums + i, scales, biases,
-                                            acc + i, bias_acc + i);
-      };
-      with_row_count(std::min<int64_t>(kRowsAtOnce, i1 - i0 - i), pass);
+        with_row_count(std::min<int64_t>(kRowsAtOnce, i1 - i0 - i), pass);
+      }
+    };
+    if (tile_codes.first == nullptr) {
+      for (int64_t b = 0; b < blocks; ++b) unpack_block(b, codes[b]);
+      passes.template operator()<true>();
+    } else {
+      passes.template operator()<false>();
     }
   }
   const auto stored = static_cast<__mmask16>((1u << rows) - 1);
