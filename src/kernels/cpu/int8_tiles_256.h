@@ -767,7 +767,8 @@ void int8_tile(const Int8Task& task, int64_t row0, int rows, int64_t i0, int64_t
         tile_codes == nullptr ? nullptr : tile_codes + c0 / kInt8Block * kTileBlockBytes;
     if (!single) {
       for (int64_t b = 0; b < blocks; ++b) {
-        if constexpr (Bits == 8) {
+        // 8-bit tile codes come here only with VNNI: without it they are register tile codes.
+        if constexpr (Bits == 8 && !kRegisterTileCodes<Bits>) {
           if (chunk_codes != nullptr) {
             byte_steps_to_words(chunk_codes + b * kTileBlockBytes, codes[b]);
             continue;
