@@ -142,7 +142,7 @@ void BM_BatchStep(benchmark::State& state) {
   dspark::StatePool pool = model->new_pool(sequences);
   std::vector<dspark::SequenceId> ids;
   std::vector<dspark::StateSnapshot> after_context;
-  std::vector<std::vector<int32_t>> next(sequences);
+  std::vector<int32_t> next(sequences);  // each sequence's one new token
   std::vector<dspark::ForwardOutput> outs(sequences);
   std::vector<dspark::SequenceRun> runs;
   for (int s = 0; s < sequences; ++s) {
@@ -151,8 +151,8 @@ void BM_BatchStep(benchmark::State& state) {
     dspark::SequenceRun prompt{context.data(), kContext, ids.back(), {kContext - 1}, {}, &outs[s]};
     model->forward_batch({prompt}, pool);
     after_context.push_back(pool.snapshot(ids.back()));
-    next[s] = synthetic_tokens(1, model->vocab_size(), 97 * s + kContext);
-    runs.push_back({next[s].data(), 1, ids.back(), {0}, {}, &outs[s]});
+    next[s] = synthetic_tokens(1, model->vocab_size(), 97 * s + kContext)[0];
+    runs.push_back({&next[s], 1, ids.back(), {0}, {}, &outs[s]});
   }
   for (auto _ : state) {
     const double start = dspark::now_seconds();
